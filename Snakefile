@@ -1,0 +1,34 @@
+# rlkeep: preserve, publish and reclaim a finished agentic RL run.
+#
+#     snakemake --profile iris <job>/DONE
+#
+# The working directory is the data root: records/<job>.yaml in, <job>/... out.
+# Every artifact is a file target (CONTRACT.md section 4); where each one is made:
+#   <job>/chain.json, <job>/retries.json ............... rules/capture.smk
+#   <job>/DONE, <job>/REPORT.md, <job>/STATUS.json ....... rules/report.smk
+# Each rule runs one function of the `rlkeep` package (scripts/rlkeep/), named in its
+# `params: run=` and logged to <job>/logs/<rule>.log.
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: os.path.join(workflow.basedir, "config", "config.yaml")
+
+
+##### load rules #####
+
+
+include: "rules/common.smk"
+include: "rules/capture.smk"
+include: "rules/report.smk"
+
+
+##### target rules #####
+
+
+rule all:
+    default_target: True
+    input:
+        get_all_done_targets(),

@@ -1,0 +1,28 @@
+# Capture the attempt chain, then stop only this run's exact pending retries (runbook step 1),
+# before anything reads mutable checkpoint folders.
+
+
+rule capture_chain:
+    input:
+        record=get_record_file,
+    output:
+        chain="{job}/chain.json",
+    log:
+        "{job}/logs/capture_chain.log",
+    params:
+        run="rlkeep.scheduler:capture_chain",
+    script:
+        RUN_STEP
+
+
+rule stop_retries:
+    input:
+        chain="{job}/chain.json",
+    output:
+        retries="{job}/retries.json",
+    log:
+        "{job}/logs/stop_retries.log",
+    params:
+        run="rlkeep.scheduler:stop_retries",
+    script:
+        RUN_STEP

@@ -1,0 +1,79 @@
+# Shared by every stage: config validation, wildcard constraints, record access, get_* helpers.
+
+import os
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+from snakemake.utils import validate
+
+from rlkeep.errors import RecordError
+from rlkeep.records import load_record, record_path
+
+##### config #####
+
+validate(config, "../config/config.schema.yaml")
+
+RECORDS_DIR = Path(config["records"])
+RUN_STEP = "../scripts/run_step.py"  # the adapter every rule runs (see rlkeep/steps.py)
+
+
+wildcard_constraints:
+    job=r"[A-Za-z0-9][A-Za-z0-9._-]*",
+
+
+localrules:
+    all,
+
+
+##### records #####
+
+
+@lru_cache(maxsize=None)
+def get_record(job):
+    """The validated record of a job; a bad record stops planning with one clear message."""
+    try:
+        return load_record(record_path(RECORDS_DIR, job))
+    except RecordError as error:
+        raise WorkflowError(str(error)) from None
+
+
+def get_all_done_targets():
+    if not RECORDS_DIR.is_dir():
+        return []
+    jobs = sorted(p.stem for p in RECORDS_DIR.glob("*.yaml"))
+    return [f"{job}/DONE" for job in jobs]
+
+
+def get_record_file(wildcards):
+    """Input of the first step of a job: the record itself (its edits rerun what depends on them)."""
+    get_record(wildcards.job)
+    return str(record_path(RECORDS_DIR, wildcards.job))
+
+
+##### status on success or failure #####
+
+
+def write_status_files():
+    from rlkeep.report import write_status_for_jobs
+
+    write_status_for_jobs(Path.cwd(), RECORDS_DIR)
+
+
+onsuccess:
+    write_status_files()
+
+
+onerror:
+    write_status_files()
+
+
+##### inputs of the completion record #####
+
+
+def get_done_inputs(wildcards):
+    """Every step's evidence file (rlkeep.report.STEPS is the one list of steps)."""
+    from rlkeep.report import STEPS
+
+    get_record(wildcards.job)
+    return {step.name: f"{wildcards.job}/{step.evidence}" for step in STEPS}

@@ -1,0 +1,16 @@
+# The completion record (CONTRACT.md section 5). STATUS.json is written by the onsuccess and
+# onerror handlers in common.smk, so it exists even when a step is blocked.
+
+
+rule done:
+    input:
+        unpack(get_done_inputs),
+    output:
+        done="{job}/DONE",
+        report="{job}/REPORT.md",
+    log:
+        "{job}/logs/done.log",
+    params:
+        run="rlkeep.report:write_done",
+    script:
+        RUN_STEP

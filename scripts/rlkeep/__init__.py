@@ -1,0 +1,1 @@
+"""rlkeep: preserve, publish and reclaim a finished agentic RL run."""

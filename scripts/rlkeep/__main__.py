@@ -1,0 +1,5 @@
+import sys
+
+from rlkeep.cli import main
+
+sys.exit(main())

@@ -1,0 +1,56 @@
+"""`rlkeep <command> ...`: one entry point; each command lives in the module of its concern.
+
+Commands are imported lazily so `rlkeep redact` does not pay for pandas or boto3.
+Every command is `cli_main(argv) -> int` in its module. An RlkeepError ends the command
+with its message on stderr (prefixed `rlkeep:`) and exit status 1; nothing else is caught.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+from rlkeep.errors import RlkeepError
+
+# command -> (module, function, one-line help)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "step": ("rlkeep.steps", "cli_main", "run one pipeline step for a job (used by the rules)"),
+    "validate-record": ("rlkeep.records", "cli_main", "validate records/<job>.yaml files"),
+    "redact": ("rlkeep.redaction", "cli_main", "redact credential-shaped text in place (--check: only report)"),
+    "check-publication": ("rlkeep.hub", "check_publication_main", "check a downloaded model repo is publishable"),
+    "metrics": ("rlkeep.metrics", "cli_main", "build the metric surface from trainer logs"),
+    "consolidate": ("rlkeep.export", "consolidate_main", "consolidate a checkpoint into a flat model folder"),
+    "verify-model": ("rlkeep.export", "verify_main", "verify a flat model folder"),
+    "traces-dataset": ("rlkeep.traces", "cli_main", "rebuild the trace dataset from a trace tree"),
+    "example-run": ("rlkeep.example", "cli_main", "write a realistic finished run into a store"),
+    "devserver": ("rlkeep.devserver.cli", "cli_main", "start the local S3 and Hub servers (demo, tests)"),
+    "install-profiles": ("rlkeep.profiles", "cli_main", "make `--profile iris|local` resolve from any directory"),
+}
+
+
+def _usage() -> str:
+    width = max(len(name) for name in COMMANDS)
+    lines = ["usage: rlkeep <command> [args...]", "", "commands:"]
+    lines += [f"  {name.ljust(width)}  {help_}" for name, (_, _, help_) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in {"-h", "--help"}:
+        print(_usage())
+        return 0 if args else 2
+    name, rest = args[0], args[1:]
+    if name not in COMMANDS:
+        print(f"rlkeep: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module_name, function_name, _ = COMMANDS[name]
+    function = getattr(importlib.import_module(module_name), function_name)
+    try:
+        return int(function(rest) or 0)
+    except RlkeepError as error:
+        print(f"rlkeep: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,22 @@
+"""Errors that end a step with a clear message instead of a traceback."""
+from __future__ import annotations
+
+
+class RlkeepError(Exception):
+    """A failure the operator can act on: the message names the file, field or object."""
+
+
+class RecordError(RlkeepError):
+    """A job record is missing, malformed or asks for something that cannot be done."""
+
+
+class StoreError(RlkeepError):
+    """The object store refused, lost or corrupted something."""
+
+
+class SchedulerError(RlkeepError):
+    """The scheduler command failed or printed something rlkeep cannot read."""
+
+
+class BlockedError(RlkeepError):
+    """A step cannot proceed until the operator decides something (e.g. no selection rule)."""

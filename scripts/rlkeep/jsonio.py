@@ -1,0 +1,37 @@
+"""Atomic writes of JSON sentinels and small files: a reader never sees half a file."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def dumps(obj: Any) -> str:
+    """The one JSON style of every sentinel: sorted keys, indent 2, trailing newline."""
+    return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def write_json(path: str | os.PathLike[str], obj: Any) -> None:
+    atomic_write_bytes(path, dumps(obj).encode("utf-8"))
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)

@@ -1,0 +1,231 @@
+"""Job records (`records/<job>.yaml`, CONTRACT.md section 3): load once, validate, never guess.
+
+Every problem is reported as one message naming the file, the field and what was expected.
+Nothing the runbook says must not be invented (namespace, base model, selection rule,
+destinations) is ever defaulted: absent means "not applicable" or "stop and ask".
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from rlkeep.errors import RecordError
+
+DEFAULT_LAYOUT = {"logs": "logs", "traces": "trace_jobs", "ckpts": "ckpts", "exports": "exports"}
+
+_EXPECTED_BY_FIELD = {
+    "job": "a name matching ^[A-Za-z0-9][A-Za-z0-9._-]*$ equal to the file stem",
+    "user": "an Iris namespace matching ^[A-Za-z0-9][A-Za-z0-9._-]*$",
+    "scheduler": "one of: iris, none",
+    "cluster": "an Iris cluster name such as cw-us-east-02a",
+    "chain": "a list of Iris job ids like /<user>/<job>, oldest first",
+    "store": "an absolute store URL: s3://bucket/prefix or file:///absolute/path",
+    "archive.dest": "an absolute store URL: s3://bucket/prefix or file:///absolute/path",
+    "base_model": "a Hub model id like Qwen/Qwen3-8B",
+    "publish.model": "a Hub repo id like org/name",
+    "publish.traces": "a Hub dataset id like org/name",
+    "tracker_url": "an http(s) URL",
+    "checkpoint.rule.kind": "one of: ema_max, latest, step",
+    "register.url": "sqlite:///path or postgresql://...",
+}
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    path: Path
+    job: str
+    user: str
+    scheduler: str
+    cluster: str | None
+    chain: tuple[str, ...]
+    store: str
+    layout: dict[str, str]
+    checkpoint_interval: int
+    selection_rule: dict[str, Any] | None
+    behavior_break_step: int | None
+    tracker_url: str | None = None
+    base_model: str | None = None
+    publish: dict[str, Any] | None = None
+    register: dict[str, Any] | None = None
+    archive: dict[str, Any] | None = None
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def attempts(self) -> list[str]:
+        """Attempt slugs in chain order: the last component of each chain id."""
+        return [attempt_slug(job_id) for job_id in self.chain]
+
+    def store_url(self, component: str) -> str:
+        """URL of a layout component under the run's store root (e.g. 'traces')."""
+        return join_url(self.store, self.layout[component])
+
+    def section(self, name: str) -> dict[str, Any] | None:
+        value = self.raw.get(name)
+        return dict(value) if isinstance(value, dict) else value
+
+
+def attempt_slug(job_id: str) -> str:
+    return job_id.rstrip("/").rsplit("/", 1)[-1]
+
+
+def join_url(base: str, *parts: str) -> str:
+    url = base.rstrip("/")
+    for part in parts:
+        part = part.strip("/")
+        if part:
+            url = f"{url}/{part}"
+    return url
+
+
+@lru_cache(maxsize=1)
+def _schema() -> dict[str, Any]:
+    text = resources.files("rlkeep").joinpath("schemas/record.schema.json").read_text()
+    return json.loads(text)
+
+
+def _field_name(error: jsonschema.ValidationError) -> str:
+    name = ""
+    for item in error.absolute_path:
+        name += f"[{item}]" if isinstance(item, int) else (f".{item}" if name else str(item))
+    return name
+
+
+def _describe(error: jsonschema.ValidationError, path: Path) -> str:
+    field_name = _field_name(error)
+    if error.validator == "required":
+        missing = error.message.split("'")[1]
+        name = f"{field_name}.{missing}" if field_name else missing
+        return f"{path}: field '{name}' is missing; expected {_expected(name)}"
+    if error.validator == "additionalProperties":
+        unknown = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        where = f"'{field_name}'" if field_name else "the top level"
+        allowed = ", ".join(sorted(error.schema.get("properties", {})))
+        return f"{path}: unknown key {', '.join(repr(u) for u in unknown)} in {where}; expected only: {allowed}"
+    generic = field_name.split("[")[0]
+    got = json.dumps(error.instance) if not isinstance(error.instance, dict) else "a mapping"
+    return f"{path}: field '{field_name}' is {got}; expected {_expected(generic, error)}"
+
+
+def _expected(name: str, error: jsonschema.ValidationError | None = None) -> str:
+    if name in _EXPECTED_BY_FIELD:
+        return _EXPECTED_BY_FIELD[name]
+    if error is not None:
+        if error.validator == "type":
+            return f"a value of type {error.validator_value}"
+        if error.validator == "enum":
+            return "one of: " + ", ".join(map(str, error.validator_value))
+        if error.validator in {"minimum", "exclusiveMinimum", "maximum"}:
+            return f"a number ({error.message})"
+        if error.validator == "pattern":
+            return f"a string matching {error.validator_value}"
+        return error.message
+    return "a value (see CONTRACT.md section 3)"
+
+
+def validate_record_data(data: Any, path: Path) -> JobRecord:
+    """Validate parsed YAML; raise RecordError naming the file and the first bad field."""
+    if not isinstance(data, dict):
+        raise RecordError(f"{path}: expected a YAML mapping of record fields, got {type(data).__name__}")
+    validator = jsonschema.Draft202012Validator(_schema())
+    errors = sorted(validator.iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
+    if errors:
+        raise RecordError(_describe(errors[0], path))
+
+    expected_stem = path.name.removesuffix(".yaml").removesuffix(".yml")
+    if data["job"] != expected_stem:
+        raise RecordError(
+            f"{path}: field 'job' is {data['job']!r} but the file is named {path.name}; "
+            f"expected job: {expected_stem}"
+        )
+    if data["scheduler"] == "iris" and not data.get("cluster"):
+        raise RecordError(f"{path}: field 'cluster' is missing; expected an Iris cluster name when scheduler is iris")
+    user_prefix = f"/{data['user']}/"
+    for index, job_id in enumerate(data["chain"]):
+        if not job_id.startswith(user_prefix):
+            raise RecordError(
+                f"{path}: field 'chain[{index}]' is {job_id!r}; expected an Iris job id in the "
+                f"user's namespace, starting with {user_prefix}"
+            )
+    slugs = [attempt_slug(job_id) for job_id in data["chain"]]
+    if len(set(slugs)) != len(slugs):
+        raise RecordError(f"{path}: field 'chain' names two attempts with the same last component; expected distinct attempts")
+    if len(set(data["chain"])) != len(data["chain"]):
+        raise RecordError(f"{path}: field 'chain' lists a job id twice; expected each attempt once")
+
+    checkpoint = data["checkpoint"]
+    rule = checkpoint.get("rule")
+    if rule is not None:
+        kind = rule["kind"]
+        if kind == "ema_max":
+            for needed in ("metric", "alpha"):
+                if needed not in rule:
+                    raise RecordError(f"{path}: field 'checkpoint.rule.{needed}' is missing; expected it for rule kind ema_max")
+        if kind == "step" and "step" not in rule:
+            raise RecordError(f"{path}: field 'checkpoint.rule.step' is missing; expected the step number for rule kind step")
+        extra = set(rule) - {"kind"} - {"ema_max": {"metric", "alpha"}, "latest": set(), "step": {"step"}}[kind]
+        if extra:
+            raise RecordError(f"{path}: unknown key {', '.join(map(repr, sorted(extra)))} in 'checkpoint.rule' for kind {kind}")
+
+    register = data.get("register")
+    if register and register.get("authorized") and not register.get("url"):
+        raise RecordError(f"{path}: field 'register.url' is missing; expected the registry URL when register.authorized is true")
+
+    layout = {**DEFAULT_LAYOUT, **data.get("layout", {})}
+    return JobRecord(
+        path=path,
+        job=data["job"],
+        user=data["user"],
+        scheduler=data["scheduler"],
+        cluster=data.get("cluster"),
+        chain=tuple(data["chain"]),
+        store=data["store"].rstrip("/"),
+        layout=layout,
+        checkpoint_interval=checkpoint["interval"],
+        selection_rule=dict(rule) if rule is not None else None,
+        behavior_break_step=checkpoint.get("behavior_break_step"),
+        tracker_url=data.get("tracker_url"),
+        base_model=data.get("base_model"),
+        publish=dict(data["publish"]) if data.get("publish") else None,
+        register=dict(register) if register else None,
+        archive=dict(data["archive"]) if data.get("archive") else None,
+        raw=data,
+    )
+
+
+def load_record(path: str | Path) -> JobRecord:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RecordError(f"{path}: no such job record; expected records/<job>.yaml under the data root") from None
+    except UnicodeDecodeError as error:
+        raise RecordError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise RecordError(f"{path}: not valid YAML{where}: {getattr(error, 'problem', error)}") from None
+    return validate_record_data(data, path)
+
+
+def record_path(records_dir: str | Path, job: str) -> Path:
+    return Path(records_dir) / f"{job}.yaml"
+
+
+def cli_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="rlkeep validate-record", description="Validate job records.")
+    parser.add_argument("paths", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    for path in args.paths:
+        record = load_record(path)
+        print(f"{path}: ok ({record.job}, {len(record.chain)} attempts, scheduler {record.scheduler})")
+    return 0

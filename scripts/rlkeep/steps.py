@@ -1,0 +1,171 @@
+"""The thin edge between a Snakemake rule and the package.
+
+Every rule runs `scripts/run_step.py` with `params: run="rlkeep.<module>:<function>"`; that
+adapter calls `run_from_snakemake`, which builds a StepContext (job, validated record, named
+inputs and outputs, settings) and calls the function. An RlkeepError ends the step with its
+message as the log's last line (`rlkeep: ...`) and exit status 1; the outputs are left
+unwritten, so Snakemake records the step as failed and a rerun resumes there.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlkeep.errors import RlkeepError
+from rlkeep.records import JobRecord, load_record, record_path
+
+log = logging.getLogger("rlkeep")
+
+
+@dataclass
+class StepContext:
+    job: str
+    record: JobRecord
+    data_root: Path
+    inputs: dict[str, Path]
+    outputs: dict[str, Path]
+    settings: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    threads: int = 1
+
+    @property
+    def job_dir(self) -> Path:
+        return self.data_root / self.job
+
+    def work_dir(self, name: str) -> Path:
+        """A private scratch folder of this step, kept across reruns (resume), under <job>/.work/."""
+        path = self.job_dir / ".work" / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def authorized(self, key: str) -> bool:
+        """Authority granted on the command line for exactly this job (`--config key=<job>`)."""
+        value = self.config.get(key)
+        if isinstance(value, (list, tuple)):
+            return self.job in [str(v) for v in value]
+        return value is not None and str(value) == self.job
+
+
+def resolve(target: str) -> Callable[[StepContext], Any]:
+    module_name, _, function_name = target.partition(":")
+    if not module_name.startswith("rlkeep.") or not function_name:
+        raise RlkeepError(f"step target {target!r}: expected rlkeep.<module>:<function>")
+    return getattr(importlib.import_module(module_name), function_name)
+
+
+def configure_logging(stream: Any = None) -> None:
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%dT%H:%M:%S"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    for noisy in ("botocore", "boto3", "urllib3", "s3transfer", "httpx", "httpx2", "httpcore", "huggingface_hub", "filelock"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def run_step(target: str, ctx: StepContext) -> int:
+    started = time.monotonic()
+    log.info("step %s for job %s", target, ctx.job)
+    try:
+        resolve(target)(ctx)
+    except RlkeepError as error:
+        for path in ctx.outputs.values():
+            # a failed step leaves nothing that could pass for its output
+            if path.is_file() and not path.name.startswith("."):
+                path.unlink(missing_ok=True)
+        log.error("step %s failed after %.1fs", target, time.monotonic() - started)
+        print(f"rlkeep: {error}", file=sys.stderr, flush=True)
+        return 1
+    log.info("step %s done in %.1fs", target, time.monotonic() - started)
+    return 0
+
+
+def context_from_snakemake(smk: Any) -> StepContext:
+    config = dict(smk.config)
+    data_root = Path.cwd()
+    job = smk.wildcards["job"]
+    records_dir = data_root / str(config.get("records", "records"))
+    record = load_record(record_path(records_dir, job))
+
+    def named(io: Any) -> dict[str, Path]:
+        return {name: Path(value) for name, value in io.items() if isinstance(value, str)}
+
+    return StepContext(
+        job=job,
+        record=record,
+        data_root=data_root,
+        inputs=named(smk.input),
+        outputs=named(smk.output),
+        settings=dict(smk.params.get("settings") or {}),
+        config=config,
+        threads=int(smk.threads),
+    )
+
+
+def run_from_snakemake(smk: Any) -> None:
+    """Entry point of scripts/run_step.py: log to the rule's log file, exit with the step's status."""
+    log_path = Path(smk.log[0])
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    stream = open(log_path, "a", buffering=1, encoding="utf-8", errors="replace")
+    sys.stdout = sys.stderr = stream
+    configure_logging(stream)
+    try:
+        ctx = context_from_snakemake(smk)
+    except RlkeepError as error:
+        print(f"rlkeep: {error}", file=stream, flush=True)
+        sys.exit(1)
+    status = run_step(smk.params["run"], ctx)
+    stream.flush()
+    sys.exit(status)
+
+
+def cli_main(argv: list[str]) -> int:
+    """`rlkeep step MODULE:FUNCTION --job J`: run one step by hand, outside Snakemake."""
+    parser = argparse.ArgumentParser(prog="rlkeep step")
+    parser.add_argument("target", help="rlkeep.<module>:<function>")
+    parser.add_argument("--job", required=True)
+    parser.add_argument("--records", default="records")
+    parser.add_argument("--input", action="append", default=[], metavar="NAME=PATH")
+    parser.add_argument("--output", action="append", default=[], metavar="NAME=PATH")
+    args = parser.parse_args(argv)
+
+    def pairs(items: list[str]) -> dict[str, Path]:
+        return {name: Path(path) for name, _, path in (item.partition("=") for item in items)}
+
+    configure_logging()
+    ctx = StepContext(
+        job=args.job,
+        record=load_record(record_path(args.records, args.job)),
+        data_root=Path.cwd(),
+        inputs=pairs(args.input),
+        outputs=pairs(args.output),
+    )
+    return run_step(args.target, ctx)
+
+
+def sentinel(status: str, **evidence: Any) -> dict[str, Any]:
+    """Every sentinel is JSON with a status and its evidence (CONTRACT.md section 4)."""
+    if status not in {"completed", "not_applicable"}:
+        raise ValueError(status)
+    return {"status": status, **evidence}
+
+
+def not_applicable(reason: str, **evidence: Any) -> dict[str, Any]:
+    return sentinel("not_applicable", reason=reason, **evidence)
+
+
+def settings_of(ctx: StepContext, key: str, default: Any) -> Any:
+    value: Any = ctx.settings
+    for part in key.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return default
+        value = value[part]
+    return value

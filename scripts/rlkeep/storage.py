@@ -1,0 +1,424 @@
+"""Object store access: `s3://bucket/prefix` over boto3 and `file:///path`, behind one interface.
+
+Configuration comes from the standard boto3 sources only (CONTRACT.md section 2):
+AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, and
+AWS_CONFIG_FILE (e.g. `s3 = addressing_style = virtual` for CoreWeave). Checksums are sent
+only when required, which Cloudflare R2 and other S3 clones need (boto/boto3#4392).
+
+Keys handed to callers are relative to the store root URL. Every read records size and
+sha256 while streaming; an ETag is never trusted as a content hash.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Protocol
+from urllib.parse import urlparse
+
+from rlkeep.errors import StoreError
+
+CHUNK = 1 << 20
+READ_ATTEMPTS = 6
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str  # relative to the store root, '/'-separated, never absolute, never '..'
+    size: int
+    etag: str | None = None
+    last_modified: str | None = None
+
+
+@dataclass(frozen=True)
+class FetchedObject:
+    info: ObjectInfo
+    data: bytes | None  # None when the object vanished after listing
+    sha256: str | None
+
+
+class Store(Protocol):
+    url: str
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]: ...
+    def read_into(self, key: str, sink: IO[bytes]) -> tuple[int, str]: ...
+    def read_bytes(self, key: str) -> bytes: ...
+    def exists(self, key: str) -> bool: ...
+    def put_file(self, key: str, path: Path) -> ObjectInfo: ...
+    def put_bytes(self, key: str, data: bytes) -> ObjectInfo: ...
+    def delete(self, keys: Iterable[str]) -> list[str]: ...
+
+
+class ObjectMissing(StoreError):
+    """The object was listed but is gone now."""
+
+
+def check_key(key: str, *, where: str) -> str:
+    """Refuse keys that could escape a local tree (`..`, absolute, empty segments)."""
+    if not key or key.startswith("/") or "\\" in key or "\x00" in key:
+        raise StoreError(f"{where}: refusing object key {key!r}: expected a relative key without '\\', NUL or a leading '/'")
+    segments = key.split("/")
+    if any(segment in {"", ".", ".."} for segment in segments):
+        raise StoreError(f"{where}: refusing object key {key!r}: '..', '.' or empty path segments could escape the tree")
+    return key
+
+
+def open_store(url: str) -> Store:
+    parsed = urlparse(url)
+    if parsed.scheme == "s3":
+        if not parsed.netloc:
+            raise StoreError(f"{url}: expected s3://bucket/prefix")
+        return S3Store(url, parsed.netloc, parsed.path.strip("/"))
+    if parsed.scheme == "file":
+        if not parsed.path.startswith("/"):
+            raise StoreError(f"{url}: expected file:///absolute/path")
+        return FileStore(url, Path(parsed.path))
+    raise StoreError(f"{url}: unsupported store URL; expected s3://bucket/prefix or file:///absolute/path")
+
+
+def _hash_stream(chunks: Iterable[bytes], sink: IO[bytes] | None) -> tuple[int, str]:
+    digest = hashlib.sha256()
+    size = 0
+    for chunk in chunks:
+        digest.update(chunk)
+        size += len(chunk)
+        if sink is not None:
+            sink.write(chunk)
+    return size, digest.hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+# --------------------------------------------------------------------------- file://
+
+
+class FileStore:
+    def __init__(self, url: str, root: Path) -> None:
+        self.url = url.rstrip("/")
+        self.root = root
+
+    def _path(self, key: str) -> Path:
+        return self.root / check_key(key, where=self.url)
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        base = self.root / prefix.strip("/") if prefix.strip("/") else self.root
+        if not base.exists():
+            return
+        if not base.is_dir():
+            raise StoreError(f"{self.url}/{prefix}: expected a directory")
+        found: list[ObjectInfo] = []
+        for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
+            dirnames.sort()
+            for name in filenames:
+                path = Path(dirpath) / name
+                if path.is_symlink():
+                    continue
+                stat = path.stat()
+                key = path.relative_to(self.root).as_posix()
+                found.append(ObjectInfo(key=key, size=stat.st_size, last_modified=str(int(stat.st_mtime))))
+        yield from sorted(found, key=lambda info: info.key.encode("utf-8"))
+
+    def read_into(self, key: str, sink: IO[bytes]) -> tuple[int, str]:
+        try:
+            with open(self._path(key), "rb") as handle:
+                return _hash_stream(iter(lambda: handle.read(CHUNK), b""), sink)
+        except FileNotFoundError:
+            raise ObjectMissing(f"{self.url}/{key}: listed but no longer exists") from None
+
+    def read_bytes(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError:
+            raise ObjectMissing(f"{self.url}/{key}: no such object") from None
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def put_file(self, key: str, path: Path) -> ObjectInfo:
+        target = self._path(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.part")
+        shutil.copyfile(path, tmp)
+        os.replace(tmp, target)
+        return ObjectInfo(key=key, size=target.stat().st_size)
+
+    def put_bytes(self, key: str, data: bytes) -> ObjectInfo:
+        target = self._path(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.part")
+        tmp.write_bytes(data)
+        os.replace(tmp, target)
+        return ObjectInfo(key=key, size=len(data))
+
+    def delete(self, keys: Iterable[str]) -> list[str]:
+        deleted = []
+        for key in keys:
+            path = self._path(key)
+            if path.is_file():
+                path.unlink()
+                deleted.append(key)
+        return deleted
+
+
+# --------------------------------------------------------------------------- s3://
+
+
+_local = threading.local()
+
+
+def s3_client():  # type: ignore[no-untyped-def]
+    """One boto3 client per thread (clients are thread-safe, sessions are not)."""
+    client = getattr(_local, "client", None)
+    if client is None:
+        import boto3
+        from botocore.config import Config
+
+        config = Config(
+            retries={"max_attempts": 8, "mode": "standard"},
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+            connect_timeout=10,
+            read_timeout=60,
+            max_pool_connections=64,
+        )
+        session = boto3.session.Session()
+        region = session.region_name or os.environ.get("AWS_REGION") or "us-east-1"
+        client = session.client("s3", region_name=region, config=config)
+        _local.client = client
+    return client
+
+
+def _retryable(error: Exception) -> bool:
+    from botocore.exceptions import (
+        ClientError,
+        ConnectionError as BotoConnectionError,
+        IncompleteReadError,
+        ResponseStreamingError,
+    )
+    from urllib3.exceptions import ProtocolError
+
+    if isinstance(error, ClientError):
+        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        code = error.response.get("Error", {}).get("Code", "")
+        return status >= 500 or code in {"SlowDown", "Throttling", "RequestTimeout", "InternalError"}
+    return isinstance(error, (BotoConnectionError, IncompleteReadError, ResponseStreamingError, ProtocolError, OSError))
+
+
+def _is_missing(error: Exception) -> bool:
+    from botocore.exceptions import ClientError
+
+    if isinstance(error, ClientError):
+        code = error.response.get("Error", {}).get("Code", "")
+        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        return code in {"NoSuchKey", "404", "NotFound"} or status == 404
+    return False
+
+
+def _describe_error(error: Exception) -> str:
+    text = str(error)
+    return text if len(text) < 300 else text[:300] + "..."
+
+
+class S3Store:
+    def __init__(self, url: str, bucket: str, prefix: str) -> None:
+        self.url = url.rstrip("/")
+        self.bucket = bucket
+        self.prefix = prefix
+
+    def _full(self, key: str) -> str:
+        check_key(key, where=self.url)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _retry(self, what: str, action: Callable[[], object]) -> object:
+        for attempt in range(READ_ATTEMPTS):
+            try:
+                return action()
+            except Exception as error:  # noqa: BLE001 - classified below
+                if _is_missing(error):
+                    raise ObjectMissing(f"{what}: no such object") from None
+                if not _retryable(error) or attempt == READ_ATTEMPTS - 1:
+                    raise StoreError(f"{what}: failed after {attempt + 1} attempts: {_describe_error(error)}") from None
+                time.sleep(min(8.0, 0.2 * 2**attempt))
+        raise AssertionError("unreachable")
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        full_prefix = "/".join(p for p in (self.prefix, prefix.strip("/")) if p)
+        if full_prefix:
+            full_prefix += "/"
+        root_len = len(self.prefix) + 1 if self.prefix else 0
+        token: str | None = None
+        while True:
+            kwargs = {"Bucket": self.bucket, "Prefix": full_prefix, "MaxKeys": 1000}
+            if token:
+                kwargs["ContinuationToken"] = token
+            page = self._retry(
+                f"{self.url}: listing {prefix or '/'}",
+                lambda: s3_client().list_objects_v2(**kwargs),
+            )
+            for entry in page.get("Contents", []):  # type: ignore[union-attr]
+                key = entry["Key"][root_len:]
+                if key.endswith("/") and entry["Size"] == 0:
+                    continue  # a "folder" marker some tools create
+                check_key(key, where=f"{self.url} listing")
+                yield ObjectInfo(
+                    key=key,
+                    size=int(entry["Size"]),
+                    etag=entry.get("ETag", "").strip('"') or None,
+                    last_modified=entry["LastModified"].isoformat() if entry.get("LastModified") else None,
+                )
+            if not page.get("IsTruncated"):  # type: ignore[union-attr]
+                return
+            token = page["NextContinuationToken"]  # type: ignore[index]
+
+    def read_into(self, key: str, sink: IO[bytes]) -> tuple[int, str]:
+        """Stream one object into sink; a broken body restarts from the beginning.
+
+        The sink must be rewindable (seek/truncate) for a retry to be clean: callers pass a
+        BytesIO or a temp file, never a half-written tar.
+        """
+        full = self._full(key)
+        what = f"{self.url}/{key}"
+        for attempt in range(READ_ATTEMPTS):
+            start = sink.tell()
+            try:
+                response = s3_client().get_object(Bucket=self.bucket, Key=full)
+                body = response["Body"]
+                expected = int(response.get("ContentLength", -1))
+                size, digest = _hash_stream(body.iter_chunks(CHUNK), sink)
+                if expected >= 0 and size != expected:
+                    raise StoreError(f"{what}: body ended after {size} of {expected} bytes")
+                return size, digest
+            except Exception as error:  # noqa: BLE001
+                sink.seek(start)
+                sink.truncate()
+                if _is_missing(error):
+                    raise ObjectMissing(f"{what}: listed but no longer exists") from None
+                transient = isinstance(error, StoreError) or _retryable(error)
+                if not transient or attempt == READ_ATTEMPTS - 1:
+                    raise StoreError(f"{what}: read failed after {attempt + 1} attempts: {_describe_error(error)}") from None
+                time.sleep(min(8.0, 0.2 * 2**attempt))
+        raise AssertionError("unreachable")
+
+    def read_bytes(self, key: str) -> bytes:
+        import io
+
+        buffer = io.BytesIO()
+        self.read_into(key, buffer)
+        return buffer.getvalue()
+
+    def exists(self, key: str) -> bool:
+        try:
+            self._retry(f"{self.url}/{key}", lambda: s3_client().head_object(Bucket=self.bucket, Key=self._full(key)))
+            return True
+        except ObjectMissing:
+            return False
+
+    def head(self, key: str) -> ObjectInfo:
+        response = self._retry(f"{self.url}/{key}", lambda: s3_client().head_object(Bucket=self.bucket, Key=self._full(key)))
+        return ObjectInfo(key=key, size=int(response["ContentLength"]), etag=response.get("ETag", "").strip('"'))  # type: ignore[index]
+
+    def put_file(self, key: str, path: Path) -> ObjectInfo:
+        from boto3.s3.transfer import TransferConfig
+
+        config = TransferConfig(multipart_threshold=64 << 20, multipart_chunksize=64 << 20, max_concurrency=4)
+        self._retry(
+            f"{self.url}/{key}: upload",
+            lambda: s3_client().upload_file(str(path), self.bucket, self._full(key), Config=config),
+        )
+        return self.head(key)
+
+    def put_bytes(self, key: str, data: bytes) -> ObjectInfo:
+        self._retry(
+            f"{self.url}/{key}: upload",
+            lambda: s3_client().put_object(Bucket=self.bucket, Key=self._full(key), Body=data),
+        )
+        return ObjectInfo(key=key, size=len(data))
+
+    def delete(self, keys: Iterable[str]) -> list[str]:
+        deleted: list[str] = []
+        batch: list[str] = []
+
+        def flush() -> None:
+            if not batch:
+                return
+            objects = [{"Key": self._full(key)} for key in batch]
+            response = self._retry(
+                f"{self.url}: delete {len(batch)} objects",
+                lambda: s3_client().delete_objects(Bucket=self.bucket, Delete={"Objects": objects, "Quiet": False}),
+            )
+            errors = response.get("Errors", [])  # type: ignore[union-attr]
+            if errors:
+                first = errors[0]
+                raise StoreError(f"{self.url}: delete refused for {len(errors)} objects, e.g. {first.get('Key')}: {first.get('Code')}")
+            deleted.extend(batch)
+            batch.clear()
+
+        for key in keys:
+            batch.append(key)
+            if len(batch) == 1000:
+                flush()
+        flush()
+        return deleted
+
+
+# --------------------------------------------------------------------------- bulk reads
+
+
+def fetch_in_order(
+    store: Store,
+    infos: Iterable[ObjectInfo],
+    *,
+    workers: int = 16,
+    max_inflight_bytes: int = 128 << 20,
+) -> Iterator[FetchedObject]:
+    """Fetch many objects concurrently and yield them in the given order.
+
+    At most `workers` requests run at once and at most `max_inflight_bytes` of fetched bodies
+    wait to be consumed (a single object larger than that is still fetched, alone), so memory
+    is bounded by the concurrency, not by the object count.
+    """
+    import io
+
+    def fetch(info: ObjectInfo) -> FetchedObject:
+        buffer = io.BytesIO()
+        try:
+            size, digest = store.read_into(info.key, buffer)
+        except ObjectMissing:
+            return FetchedObject(info, None, None)
+        if size != info.size:
+            raise StoreError(f"{store.url}/{info.key}: listed with {info.size} bytes but read {size}; the object changed during sync")
+        return FetchedObject(info, buffer.getvalue(), digest)
+
+    pending: deque[tuple[ObjectInfo, Future[FetchedObject]]] = deque()
+    inflight = 0
+    source = iter(infos)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fetch") as pool:
+        try:
+            exhausted = False
+            while True:
+                while not exhausted and len(pending) < workers * 4 and (inflight < max_inflight_bytes or not pending):
+                    info = next(source, None)
+                    if info is None:
+                        exhausted = True
+                        break
+                    pending.append((info, pool.submit(fetch, info)))
+                    inflight += info.size
+                if not pending:
+                    return
+                info, future = pending.popleft()
+                result = future.result()
+                inflight -= info.size
+                yield result
+        finally:
+            for _, future in pending:
+                future.cancel()
