@@ -1,0 +1,1123 @@
+"""The metric surface across a run's chain of attempts, the per-trial table, and their outputs.
+
+Trainer stdout is the portable metric source (SkyRL writes no metrics file). Each log is
+scanned once, in bounded memory, for every serialization rlkeep knows (formats.md §2):
+
+- ``wandb-json``: ``WANDB_MIRROR kind=<k> step=<n> metrics={json}`` lines. Only ``kind=train``
+  rows feed the surface; ``kind=eval`` rows are kept apart (``Surface.eval_rows``, ``eval.csv``)
+  because eval runs at its own cadence and W&B shows it on its own panels.
+- ``skyrl-console``: a ``Step N:`` header followed by a pprint-ed dict (floats as strings).
+- ``python-dict``: legacy ``{'async/... 'trainer/global_step': N}`` blocks with no header.
+  Unlike the regex in the reference parser, a dict is accepted whatever key sorts last, as
+  long as it starts with ``async/`` and has ``trainer/global_step``.
+- ``json-lines``: one JSON object per line with a step key.
+
+A file's serialization is the first present in that order; blocks of the others in the same
+file are ignored (a run that mirrors W&B and also logs to the console would otherwise count
+every step twice). ANSI colours, Ray actor prefixes and Iris ``job logs`` prefixes are
+stripped per line; a multi-line dict only takes lines from the process that printed its
+header, so another actor's lines interleaved by Ray do not corrupt it.
+
+Chain order is the caller's order, never file-name order. When a later attempt logs step S,
+every row of earlier attempts at steps >= S is superseded (that branch died; surviving
+checkpoints descend from the later attempt) and kept in ``superseded.csv``.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import csv
+import io
+import json
+import math
+import mmap
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+from rlkeep.errors import RlkeepError
+from rlkeep.jsonio import atomic_write_bytes
+
+SERIALIZATIONS: tuple[str, ...] = ("wandb-json", "skyrl-console", "python-dict", "json-lines")
+STEP_KEYS: tuple[str, ...] = ("trainer/global_step", "global_step", "step", "_step")
+ROW_META: tuple[str, ...] = ("global_step", "attempt", "source", "line")
+DEFAULT_REWARD_METRIC = "reward/avg_raw_reward"
+DEFAULT_EMA_ALPHA = 1 / 3
+
+CHUNK_BYTES = 8 << 20
+# A metric dict longer than this (or one whose closing brace never comes) is a truncated block.
+MAX_BLOCK_CHARS = 8 << 20
+MAX_BLOCK_LINES = 50_000
+MAX_PROBLEMS_SHOWN = 5
+
+
+class MetricsError(RlkeepError):
+    """A trainer log, a result.json or a metric cannot be read as the surface needs it."""
+
+
+# --------------------------------------------------------------------------- line cleaning
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# `[17:05:45] task=/user/job/0 | ` and `[17:05:45] task=/user/job/0 attempt=3 | ` (Iris job logs)
+_IRIS_PREFIX = re.compile(r"\[\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\]((?: [A-Za-z_]+=\S+)+) \| ")
+# `(skyrl_entrypoint pid=2211) `, `(pid=7, ip=10.0.0.2) `, `(raylet) `
+_RAY_PREFIX = re.compile(r"\((?:[^()\n]*\bpid=\d+[^()\n]*|raylet[^()\n]*)\) ")
+_RAY_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+
+_WANDB = re.compile(r"WANDB_MIRROR\s+kind=(?P<kind>\S+)\s+step=(?P<step>\d+)\s+metrics=(?P<json>.*)$")
+_STEP_HEADER = re.compile(r"(?:^|\s)Step (\d+):(.*)$")
+_NUMERIC_STRING = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:nan|inf|infinity)", re.I)
+
+
+def clean_line(raw: str) -> tuple[str, str]:
+    """Split a raw log line into (origin, message).
+
+    origin identifies the printing process (Iris task/attempt tokens plus the Ray prefix) so a
+    multi-line block can skip lines of other processes; message is the line without ANSI codes
+    and without those prefixes. Exactly one separator space is removed after each prefix, so a
+    pprint continuation line keeps its leading indent.
+    """
+    line = _ANSI.sub("", raw) if "\x1b" in raw else raw
+    if line.endswith("\r"):
+        line = line[:-1]
+    origin = ""
+    match = _IRIS_PREFIX.match(line)
+    if match:
+        origin = match.group(1)
+        line = line[match.end():]
+    match = _RAY_PREFIX.match(line)
+    if match:
+        origin += match.group(0)
+        line = line[match.end():]
+    return origin, line
+
+
+# --------------------------------------------------------------------------- values
+
+def coerce_value(value: Any) -> Any:
+    """Numeric strings (the console logger's '0.3203') become floats; everything else stays."""
+    if isinstance(value, str) and _NUMERIC_STRING.fullmatch(value.strip()):
+        return float(value)
+    return value
+
+
+def _literal(node: ast.AST) -> Any:
+    """ast.literal_eval plus the bare names pprint writes for non-finite floats (nan, inf) and
+    numpy 2 scalar reprs (np.float64(0.5)) found in legacy dicts."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Dict):
+        return {_literal(k): _literal(v) for k, v in zip(node.keys, node.values, strict=True) if k is not None}
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_literal(element) for element in node.elts]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        operand = _literal(node.operand)
+        if isinstance(operand, (int, float)) and not isinstance(operand, bool):
+            return -operand if isinstance(node.op, ast.USub) else operand
+    if isinstance(node, ast.Name) and node.id.lower() in {"nan", "inf", "infinity"}:
+        return float(node.id)
+    if (isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords
+            and isinstance(node.func, (ast.Name, ast.Attribute))):
+        name = node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+        if re.fullmatch(r"(?:float|int|u?int\d+|float\d+|bool_?)", name):
+            return _literal(node.args[0])
+    raise ValueError(f"not a literal: {ast.dump(node)[:80]}")
+
+
+def parse_python_dict(text: str) -> dict[str, Any]:
+    """Parse a printed Python dict. Raises ValueError/SyntaxError when it is not one."""
+    if '"' not in text:
+        # Fast path: with no double quotes anywhere, swapping quotes gives JSON for the common
+        # case of str keys and number/str values.
+        try:
+            value = json.loads(text.replace("'", '"'))
+        except ValueError:
+            value = None
+        if isinstance(value, dict):
+            return value
+    value = _literal(ast.parse(text.strip(), mode="eval").body)
+    if not isinstance(value, dict):
+        raise ValueError("not a dict")
+    return value
+
+
+# --------------------------------------------------------------------------- one log
+
+@dataclass
+class ParsedLog:
+    """What one trainer log holds. rows/eval_rows: {"global_step", "line", **metrics}."""
+
+    source: str
+    serialization: str
+    rows: list[dict[str, Any]]
+    eval_rows: list[dict[str, Any]] = field(default_factory=list)
+    ignored_blocks: dict[str, int] = field(default_factory=dict)
+    other_kinds: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def steps(self) -> list[int]:
+        return sorted({row["global_step"] for row in self.rows})
+
+
+_INCOMPLETE = object()  # a block runs past the end of the buffer: read more, then retry
+
+
+class _Scanner:
+    """Finds metric blocks in a log fed in newline-terminated chunks.
+
+    Noise is skipped with str.find over the whole buffer for four markers; only lines holding
+    a marker are cleaned and parsed. Rows of every serialization are kept until the end,
+    where the file's serialization is chosen (see the module docstring).
+    """
+
+    MARKERS = ("WANDB_MIRROR", "Step ", "{'async/", '{"')
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.rows: dict[str, list[dict[str, Any]]] = {name: [] for name in SERIALIZATIONS}
+        self.eval_rows: list[dict[str, Any]] = []
+        self.present: set[str] = set()
+        self.problems: dict[str, list[tuple[int, str]]] = {name: [] for name in SERIALIZATIONS}
+        self.other_kinds: Counter[str] = Counter()
+        self.first_line = 1
+        self.carry = ""
+        self.saw_text = False
+
+    # -- feeding
+    def feed(self, text: str, final: bool = False) -> None:
+        if text.strip():
+            self.saw_text = True
+        buffer = self.carry + text if self.carry else text
+        consumed = self._scan(buffer, final)
+        self.first_line += buffer.count("\n", 0, consumed)
+        self.carry = buffer[consumed:]
+
+    def finish(self) -> ParsedLog:
+        if self.carry:
+            self.feed("", final=True)
+        if not self.saw_text:
+            raise MetricsError(f"{self.source}: trainer log is empty")
+        chosen = next((name for name in SERIALIZATIONS if name in self.present), None)
+        if chosen is None:
+            raise MetricsError(
+                f"{self.source}: no metric blocks found (looked for WANDB_MIRROR lines, "
+                "'Step N:' console dicts, {'async/...} dicts and JSON lines with a step key)")
+        problems = self.problems[chosen]
+        if problems:
+            shown = "; ".join(f"{self.source}:{line}: {message}" for line, message in problems[:MAX_PROBLEMS_SHOWN])
+            more = f" (and {len(problems) - MAX_PROBLEMS_SHOWN} more)" if len(problems) > MAX_PROBLEMS_SHOWN else ""
+            raise MetricsError(f"{self.source}: malformed {chosen} metric blocks: {shown}{more}")
+        rows = self.rows[chosen]
+        if not rows:
+            kinds = ", ".join(f"{k}={n}" for k, n in sorted(self.other_kinds.items())) or "none"
+            raise MetricsError(
+                f"{self.source}: {chosen} metric lines found but none is a training row "
+                f"(eval rows: {len(self.eval_rows)}, other kinds: {kinds})")
+        ignored = {name: len(self.rows[name]) for name in SERIALIZATIONS
+                   if name != chosen and self.rows[name]}
+        return ParsedLog(
+            source=self.source,
+            serialization=chosen,
+            rows=rows,
+            eval_rows=self.eval_rows if chosen == "wandb-json" else [],
+            ignored_blocks=ignored,
+            other_kinds=dict(sorted(self.other_kinds.items())),
+        )
+
+    # -- scanning
+    def _scan(self, buf: str, final: bool) -> int:
+        """Process every block that starts in buf; return where the unprocessed tail starts."""
+        markers = self.MARKERS
+        handlers = (self._wandb_line, self._console_block, self._python_dict_block, self._json_line)
+        upcoming = [buf.find(marker) for marker in markers]
+        cursor = 0  # everything before cursor belongs to a consumed block
+        counted_pos, counted_line = 0, self.first_line
+        size = len(buf)
+        while True:
+            position, which = -1, -1
+            for index, found in enumerate(upcoming):
+                if found >= 0 and (position < 0 or found < position):
+                    position, which = found, index
+            if position < 0:
+                return size
+            line_start = buf.rfind("\n", 0, position) + 1
+            if line_start < cursor:
+                upcoming[which] = buf.find(markers[which], cursor)
+                continue
+            line_end = buf.find("\n", position)
+            if line_end < 0:
+                line_end = size
+            counted_line += buf.count("\n", counted_pos, line_start)
+            counted_pos = line_start
+            outcome = handlers[which](buf, line_start, line_end, counted_line, final)
+            if outcome is _INCOMPLETE:
+                return line_start
+            if outcome is not None:
+                cursor = outcome
+            upcoming[which] = buf.find(markers[which], max(position + 1, cursor))
+
+    def _problem(self, serialization: str, line: int, message: str) -> None:
+        self.present.add(serialization)
+        self.problems[serialization].append((line, message))
+
+    def _make_row(self, serialization: str, metrics: dict[str, Any], default_step: int | None,
+                  line: int) -> dict[str, Any] | None:
+        values: dict[str, Any] = {}
+        for key, value in metrics.items():
+            if not isinstance(key, str):
+                self._problem(serialization, line, f"metric key {key!r} is not a string")
+                return None
+            values[key] = coerce_value(value)
+        step: Any = default_step
+        for key in STEP_KEYS:
+            if key in values:
+                step = values[key]
+                break
+        if isinstance(step, float) and step.is_integer():
+            step = int(step)
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            self._problem(serialization, line, f"step {step!r} is not a non-negative integer")
+            return None
+        if values.get("global_step", step) != step:
+            self._problem(serialization, line, f"global_step {values['global_step']!r} disagrees with step {step}")
+            return None
+        values.pop("global_step", None)
+        clashes = [key for key in ROW_META if key in values]
+        if clashes:
+            self._problem(serialization, line, f"metric name {clashes[0]!r} is reserved by rlkeep")
+            return None
+        return {"global_step": step, "line": line, **values}
+
+    def _wandb_line(self, buf: str, start: int, end: int, line: int, final: bool) -> int | None:
+        _, text = clean_line(buf[start:end])
+        match = _WANDB.search(_RAY_REPEATED.sub("", text))
+        if not match:
+            return None
+        self.present.add("wandb-json")
+        try:
+            metrics = json.loads(match.group("json"))
+        except ValueError as error:
+            self._problem("wandb-json", line, f"WANDB_MIRROR metrics are not valid JSON ({error})")
+            return end
+        if not isinstance(metrics, dict):
+            self._problem("wandb-json", line, "WANDB_MIRROR metrics are not a JSON object")
+            return end
+        row = self._make_row("wandb-json", metrics, int(match.group("step")), line)
+        if row is not None:
+            kind = match.group("kind")
+            if kind == "train":
+                self.rows["wandb-json"].append(row)
+            elif kind == "eval":
+                self.eval_rows.append(row)
+            else:
+                self.other_kinds[kind] += 1
+        return end
+
+    def _json_line(self, buf: str, start: int, end: int, line: int, final: bool) -> int | None:
+        _, text = clean_line(buf[start:end])
+        text = _RAY_REPEATED.sub("", text).strip()
+        if not (text.startswith("{") and text.endswith("}")):
+            return None
+        try:
+            value = json.loads(text)
+        except ValueError as error:
+            if any(f'"{key}"' in text for key in STEP_KEYS):
+                self._problem("json-lines", line, f"JSON metric line is not valid JSON ({error})")
+                return end
+            return None
+        if not isinstance(value, dict) or not any(key in value for key in STEP_KEYS):
+            return None
+        self.present.add("json-lines")
+        row = self._make_row("json-lines", value, None, line)
+        if row is not None:
+            self.rows["json-lines"].append(row)
+        return end
+
+    def _console_block(self, buf: str, start: int, end: int, line: int, final: bool) -> Any:
+        origin, text = clean_line(buf[start:end])
+        header = _STEP_HEADER.search(text)
+        if not header:
+            return None
+        rest = header.group(2).strip()
+        if rest and not rest.startswith("{"):
+            return None  # "Step 5: Batch generation complete ...": a progress line, not a block
+        step = int(header.group(1))
+        if rest:
+            first_text, first_end = rest, end
+        else:
+            located = self._next_line_of(buf, end + 1, origin, start, final)
+            if located is _INCOMPLETE:
+                return _INCOMPLETE
+            if located is None:
+                self._problem("skyrl-console", line, f"'Step {step}:' header but the log ends before its metric dict")
+                return end
+            first_start, first_end, first_text = located
+            if not first_text.startswith("{"):
+                self._problem("skyrl-console", line, f"'Step {step}:' header is not followed by a metric dict")
+                return end
+        self.present.add("skyrl-console")
+        block = self._collect_dict(buf, first_text, first_end, origin, start, final)
+        if block is _INCOMPLETE:
+            return _INCOMPLETE
+        if isinstance(block, str):
+            self._problem("skyrl-console", line, f"metric dict of 'Step {step}:' {block}")
+            return end
+        metrics, block_end = block
+        row = self._make_row("skyrl-console", metrics, step, line)
+        if row is not None:
+            self.rows["skyrl-console"].append(row)
+        return block_end
+
+    def _python_dict_block(self, buf: str, start: int, end: int, line: int, final: bool) -> Any:
+        origin, text = clean_line(buf[start:end])
+        opening = text.find("{'async/")
+        if opening < 0:
+            return None
+        block = self._collect_dict(buf, text[opening:], end, origin, start, final)
+        if block is _INCOMPLETE:
+            return _INCOMPLETE
+        if isinstance(block, str):
+            self._problem("python-dict", line, f"{{'async/...}} dict {block}")
+            return end
+        metrics, block_end = block
+        if "trainer/global_step" not in metrics:
+            return block_end  # some other dict that happens to start with async/
+        self.present.add("python-dict")
+        row = self._make_row("python-dict", metrics, None, line)
+        if row is not None:
+            self.rows["python-dict"].append(row)
+        return block_end
+
+    def _next_line_of(self, buf: str, position: int, origin: str, block_start: int, final: bool) -> Any:
+        """The next line printed by `origin` at or after position: (start, end, message)."""
+        size = len(buf)
+        while position < size:
+            end = buf.find("\n", position)
+            if end < 0:
+                end = size
+            line_origin, text = clean_line(buf[position:end])
+            if line_origin == origin:
+                return position, end, text
+            position = end + 1
+        if final or size - block_start > MAX_BLOCK_CHARS:
+            return None
+        return _INCOMPLETE
+
+    def _collect_dict(self, buf: str, first_text: str, first_end: int, origin: str,
+                      block_start: int, final: bool) -> Any:
+        """Join the lines of one printed dict. Returns (dict, end offset), _INCOMPLETE, or a
+        string saying why the dict is malformed."""
+        parts = [first_text]
+        end = first_end
+        lines = 1
+        while True:
+            if parts[-1].rstrip().endswith("}"):
+                try:
+                    return parse_python_dict("\n".join(parts)), end
+                except (ValueError, SyntaxError, RecursionError):
+                    pass  # a nested dict closed on this line; the outer one continues
+            if lines >= MAX_BLOCK_LINES:
+                return f"is not closed within {MAX_BLOCK_LINES} lines"
+            located = self._next_line_of(buf, end + 1, origin, block_start, final)
+            if located is _INCOMPLETE:
+                return _INCOMPLETE
+            if located is None:
+                return "is truncated: the log ends before its closing brace"
+            _, end, text = located
+            if not text[:1].isspace():
+                line_hint = buf.count("\n", block_start, end) + 1
+                return (f"is truncated or not a Python literal: line {line_hint} of the block "
+                        f"starts a new message ({text[:60]!r})")
+            parts.append(text)
+            lines += 1
+
+
+def parse_log(text: str, source: str) -> ParsedLog:
+    """Parse one trainer log held in memory. Raises MetricsError naming source and line."""
+    scanner = _Scanner(source)
+    scanner.feed(text, final=True)
+    return scanner.finish()
+
+
+def parse_log_file(path: str | os.PathLike[str], source: str | None = None,
+                   chunk_bytes: int = CHUNK_BYTES) -> ParsedLog:
+    """Parse a trainer log from disk in newline-cut chunks (memory bounded by the chunk size)."""
+    name = source or str(path)
+    scanner = _Scanner(name)
+    try:
+        handle = open(path, "rb")
+    except OSError as error:
+        raise MetricsError(f"{name}: cannot read trainer log ({error.strerror})") from error
+    with handle:
+        pending = b""
+        while True:
+            chunk = handle.read(chunk_bytes)
+            if not chunk:
+                break
+            data = pending + chunk if pending else chunk
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                pending = data
+                continue
+            pending = data[cut:]
+            scanner.feed(data[:cut].decode("utf-8", errors="replace"))
+        scanner.feed(pending.decode("utf-8", errors="replace"), final=True)
+    return scanner.finish()
+
+
+def detect_serialization(text: str, source: str = "<text>") -> str:
+    """Which metric serialization a log uses: one of SERIALIZATIONS (raises when it has none)."""
+    return parse_log(text, source).serialization
+
+
+# --------------------------------------------------------------------------- the surface
+
+@dataclass
+class Surface:
+    """rows: one per global step (sorted), keys global_step, attempt, source, line + metrics.
+    superseded: rows replaced by a later attempt or a later block, with superseded_by/reason.
+    files: per log, in chain order: source, attempt, serialization, steps, ignored_blocks."""
+
+    rows: list[dict[str, Any]]
+    superseded: list[dict[str, Any]]
+    files: list[dict[str, Any]]
+    eval_rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def metric_names(self) -> list[str]:
+        return _metric_columns(self.rows)
+
+    def steps(self) -> list[int]:
+        return [row["global_step"] for row in self.rows]
+
+
+def _metric_columns(rows: Iterable[Mapping[str, Any]], exclude: Sequence[str] = ROW_META) -> list[str]:
+    names: set[str] = set()
+    for row in rows:
+        names.update(row)
+    return sorted(names.difference(exclude))
+
+
+def _merge_attempt_rows(attempt: str, source: str, rows: Sequence[dict[str, Any]],
+                        kind: str) -> tuple[dict[int, dict[str, Any]], list[dict[str, Any]]]:
+    """One attempt's rows by step. Blocks logged twice for a step merge like wandb.log(step=N)
+    does; a block whose values a later block overwrote is kept as superseded."""
+    merged: dict[int, dict[str, Any]] = {}
+    superseded: list[dict[str, Any]] = []
+    for row in rows:
+        step = row["global_step"]
+        full = {**row, "attempt": attempt, "source": source}
+        earlier = merged.get(step)
+        if earlier is None:
+            merged[step] = full
+            continue
+        conflicts = [key for key, value in row.items() if key not in ("line", "global_step")
+                     and key in earlier and not _same_value(earlier[key], value)]
+        if conflicts:
+            superseded.append({**earlier, "kind": kind, "superseded_by": attempt,
+                               "reason": f"step logged again at line {row['line']} of the same log"})
+        merged[step] = {**earlier, **full}
+    return merged, superseded
+
+
+def _same_value(left: Any, right: Any) -> bool:
+    if isinstance(left, float) and isinstance(right, float) and math.isnan(left) and math.isnan(right):
+        return True
+    return left == right
+
+
+def _chain_rows(per_attempt: Sequence[tuple[str, str, list[dict[str, Any]]]], kind: str
+                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    current: dict[int, dict[str, Any]] = {}
+    superseded: list[dict[str, Any]] = []
+    for attempt, source, rows in per_attempt:
+        merged, within = _merge_attempt_rows(attempt, source, rows, kind)
+        superseded.extend(within)
+        if not merged:
+            continue
+        resume = min(merged)
+        for step in sorted(step for step in current if step >= resume):
+            old = current.pop(step)
+            reason = (f"re-logged by later attempt {attempt}" if step in merged
+                      else f"after the resume point (step {resume}) of later attempt {attempt}")
+            superseded.append({**old, "kind": kind, "superseded_by": attempt, "reason": reason})
+        current.update(merged)
+    return [current[step] for step in sorted(current)], superseded
+
+
+def surface_from_parsed(logs: Sequence[tuple[str, ParsedLog]]) -> Surface:
+    """Build the surface from (attempt_slug, parsed log) pairs in chain order."""
+    seen: dict[str, str] = {}
+    for attempt, parsed in logs:
+        if attempt in seen:
+            raise MetricsError(f"attempt {attempt!r} appears twice in the chain ({seen[attempt]} and {parsed.source})")
+        seen[attempt] = parsed.source
+    rows, superseded = _chain_rows([(a, p.source, p.rows) for a, p in logs], "train")
+    eval_rows, eval_superseded = _chain_rows([(a, p.source, p.eval_rows) for a, p in logs], "eval")
+    files = [{
+        "source": parsed.source,
+        "attempt": attempt,
+        "serialization": parsed.serialization,
+        "steps": parsed.steps,
+        "eval_rows": len(parsed.eval_rows),
+        "ignored_blocks": parsed.ignored_blocks,
+    } for attempt, parsed in logs]
+    return Surface(rows=rows, superseded=superseded + eval_superseded, files=files, eval_rows=eval_rows)
+
+
+def build_surface(logs: Sequence[tuple[str, str, str]]) -> Surface:
+    """(attempt_slug, source_name, text) in chain order -> the metric surface."""
+    return surface_from_parsed([(attempt, parse_log(text, source)) for attempt, source, text in logs])
+
+
+def ema_series(values: Sequence[float], alpha: float) -> list[float]:
+    """EMA_1 = r_1, EMA_n = alpha*r_n + (1-alpha)*EMA_{n-1}."""
+    out: list[float] = []
+    for value in values:
+        out.append(value if not out else alpha * value + (1 - alpha) * out[-1])
+    return out
+
+
+def numeric_series(rows: Sequence[Mapping[str, Any]], metric: str) -> list[tuple[int, float]]:
+    """(step, value) for every row holding a finite number for metric, in step order.
+
+    Raises MetricsError when the metric is absent everywhere or a value is not a number
+    (naming the step, file and line). NaN values are skipped: W&B logs them for a step where
+    the batch had no finished trajectory, and they carry no ranking information.
+    """
+    points: list[tuple[int, float]] = []
+    present = False
+    for row in sorted(rows, key=lambda r: r["global_step"]):
+        if metric not in row or row[metric] is None or row[metric] == "":
+            continue
+        present = True
+        value = coerce_value(row[metric])
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            where = f" ({row['source']}:{row['line']})" if "source" in row and "line" in row else ""
+            raise MetricsError(
+                f"metric {metric!r} has a non-numeric value {row[metric]!r} at step {row['global_step']}{where}")
+        if math.isfinite(value):
+            points.append((row["global_step"], float(value)))
+    if not present:
+        names = sorted({key for row in rows for key in row if key not in ROW_META})
+        hint = [name for name in names if name.startswith("reward/")] or names[:10]
+        raise MetricsError(f"metric {metric!r} is absent from the metric surface; available: {', '.join(hint) or 'none'}")
+    return points
+
+
+# --------------------------------------------------------------------------- trials (result.json)
+
+TRIAL_COLUMNS: tuple[str, ...] = (
+    "trial", "task", "reward", "exception_type", "n_input_tokens", "n_output_tokens", "n_episodes",
+    "trial_duration", "environment_setup_duration", "agent_setup_duration",
+    "agent_execution_duration", "verifier_duration", "error",
+)
+PHASES: tuple[str, ...] = ("environment_setup", "agent_setup", "agent_execution", "verifier")
+
+_JSON_WS = re.compile(rb"[ \t\r\n]*")
+_JSON_STRUCTURE = re.compile(rb'[\[\]{}"]')
+_JSON_SCALAR = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|true|false|null|NaN|-?Infinity")
+_CLOSER = {ord("{"): ord("}"), ord("["): ord("]")}
+
+
+class _Malformed(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+class _Skim:
+    """Walks a JSON document without decoding values it does not need (rollout_details can
+    be hundreds of MB of token ids). Works on bytes or an mmap. Skipped values are checked
+    for balanced brackets and closed strings, not for full JSON syntax."""
+
+    def __init__(self, data: Any) -> None:
+        self.data = data
+        self.size = len(data)
+
+    def ws(self, pos: int) -> int:
+        return _JSON_WS.match(self.data, pos).end()
+
+    def byte(self, pos: int) -> int:
+        if pos >= self.size:
+            raise _Malformed("truncated", f"document ends at byte {self.size}")
+        return self.data[pos]
+
+    def string_end(self, pos: int) -> int:
+        data, probe = self.data, pos + 1
+        while True:
+            quote = data.find(b'"', probe)
+            if quote < 0:
+                raise _Malformed("truncated", f"string opened at byte {pos} is never closed")
+            backslash = quote - 1
+            while data[backslash] == 0x5C:
+                backslash -= 1
+            if (quote - 1 - backslash) % 2 == 0:
+                return quote + 1
+            probe = quote + 1
+
+    def value_end(self, pos: int) -> int:
+        first = self.byte(pos)
+        if first == 0x22:
+            return self.string_end(pos)
+        if first in _CLOSER:
+            expected = [_CLOSER[first]]
+            probe = pos + 1
+            while expected:
+                match = _JSON_STRUCTURE.search(self.data, probe)
+                if match is None:
+                    raise _Malformed("truncated", f"value opened at byte {pos} is never closed")
+                char = self.data[match.start()]
+                if char == 0x22:
+                    probe = self.string_end(match.start())
+                    continue
+                if char in _CLOSER:
+                    expected.append(_CLOSER[char])
+                elif char != expected.pop():
+                    raise _Malformed("invalid-json", f"mismatched bracket at byte {match.start()}")
+                probe = match.end()
+            return probe
+        match = _JSON_SCALAR.match(self.data, pos)
+        if match is None:
+            raise _Malformed("invalid-json", f"unexpected byte {chr(first)!r} at byte {pos}")
+        return match.end()
+
+    def decode(self, start: int, end: int) -> Any:
+        try:
+            return json.loads(self.data[start:end])
+        except ValueError as error:
+            raise _Malformed("invalid-json", f"bytes {start}-{end}: {error}") from None
+
+    def pick(self, pos: int, wanted: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
+        """Decode the wanted members of the object at pos and skip the rest; a nested mapping
+        in wanted picks inside that member, None decodes it whole. Returns (picked, end)."""
+        picked: dict[str, Any] = {}
+        pos = self.ws(pos)
+        if self.byte(pos) != 0x7B:
+            raise _Malformed("not-an-object", f"expected an object at byte {pos}")
+        pos = self.ws(pos + 1)
+        if self.byte(pos) == 0x7D:
+            return picked, pos + 1
+        while True:
+            if self.byte(pos) != 0x22:
+                raise _Malformed("invalid-json", f"expected a key at byte {pos}")
+            key_end = self.string_end(pos)
+            key = self.decode(pos, key_end)
+            pos = self.ws(key_end)
+            if self.byte(pos) != 0x3A:
+                raise _Malformed("invalid-json", f"expected ':' at byte {pos}")
+            start = self.ws(pos + 1)
+            inner = wanted.get(key, False)
+            if inner is False:
+                end = self.value_end(start)
+            elif inner is not None and self.byte(start) == 0x7B:
+                picked[key], end = self.pick(start, inner)
+            else:
+                end = self.value_end(start)
+                picked[key] = self.decode(start, end)
+            pos = self.ws(end)
+            separator = self.byte(pos)
+            if separator == 0x7D:
+                return picked, pos + 1
+            if separator != 0x2C:
+                raise _Malformed("invalid-json", f"expected ',' or '}}' at byte {pos}")
+            pos = self.ws(pos + 1)
+
+
+_RESULT_FIELDS: dict[str, Any] = {
+    "task_name": None, "trial_name": None, "verifier_result": None, "exception_info": None,
+    "started_at": None, "finished_at": None,
+    "agent_result": {"n_input_tokens": None, "n_output_tokens": None, "metadata": {"n_episodes": None}},
+    **{phase: None for phase in PHASES},
+}
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.strip())
+    except ValueError:
+        return None
+
+
+def span_seconds(started: Any, finished: Any) -> float | None:
+    """Seconds between two ISO times; None when either is missing, unparseable, or one has a
+    zone and the other not (subtracting those would be a guess)."""
+    start, end = _parse_time(started), _parse_time(finished)
+    if start is None or end is None or (start.tzinfo is None) != (end.tzinfo is None):
+        return None
+    return round((end - start).total_seconds(), 6)
+
+
+def _phase_seconds(span: Any) -> float | None:
+    if not isinstance(span, dict):
+        return None
+    return span_seconds(span.get("started_at"), span.get("finished_at"))
+
+
+def _number_or_none(value: Any) -> int | float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value
+
+
+def trial_from_result(trial: str, data: Any) -> dict[str, Any]:
+    """One trials.csv row from a result.json's bytes (or mmap); malformed input gives a row
+    whose `error` says why ("<reason>: <detail>") instead of raising."""
+    row: dict[str, Any] = {column: None for column in TRIAL_COLUMNS}
+    row["trial"] = trial
+    try:
+        skim = _Skim(data)
+        if skim.size == 0 or skim.ws(0) >= skim.size:
+            raise _Malformed("empty", "result.json has no content")
+        picked, end = skim.pick(0, _RESULT_FIELDS)
+        end = skim.ws(end)
+        if end != skim.size:
+            raise _Malformed("invalid-json", f"extra data after the object at byte {end}")
+        for name in ("verifier_result", "exception_info", "agent_result"):
+            if picked.get(name) is not None and not isinstance(picked[name], dict):
+                raise _Malformed("unexpected-shape", f"{name} is {type(picked[name]).__name__}, expected an object or null")
+    except _Malformed as error:
+        row["error"] = str(error)
+        return row
+    row["task"] = picked.get("task_name")
+    verifier = picked.get("verifier_result")
+    rewards = verifier.get("rewards") if isinstance(verifier, dict) else None
+    if isinstance(rewards, dict):
+        row["reward"] = _number_or_none(coerce_value(rewards.get("reward")))
+    exception = picked.get("exception_info")
+    if isinstance(exception, dict):
+        row["exception_type"] = exception.get("exception_type") or "unknown"
+    agent = picked.get("agent_result") or {}
+    row["n_input_tokens"] = _number_or_none(agent.get("n_input_tokens"))
+    row["n_output_tokens"] = _number_or_none(agent.get("n_output_tokens"))
+    metadata = agent.get("metadata")
+    if isinstance(metadata, dict):
+        row["n_episodes"] = _number_or_none(metadata.get("n_episodes"))
+    row["trial_duration"] = span_seconds(picked.get("started_at"), picked.get("finished_at"))
+    for phase in PHASES:
+        row[f"{phase}_duration"] = _phase_seconds(picked.get(phase))
+    return row
+
+
+def trials_from_results(items: Iterable[tuple[str, Any]]) -> list[dict[str, Any]]:
+    """Trial rows from (trial dir name, result.json bytes-like) pairs, sorted by trial.
+
+    Pass a generator to hold one result.json at a time; an mmap avoids reading it at all.
+    """
+    return sorted((trial_from_result(trial, data) for trial, data in items), key=lambda row: row["trial"])
+
+
+def iter_result_files(trace_dir: str | os.PathLike[str]) -> Iterator[tuple[str, Any]]:
+    """(trial, mmap or b"") for every <trace_dir>/<trial>/result.json, one open at a time."""
+    root = Path(trace_dir)
+    if not root.is_dir():
+        raise MetricsError(f"{root}: trace directory does not exist")
+    for trial_dir in sorted(entry for entry in root.iterdir() if entry.is_dir()):
+        path = trial_dir / "result.json"
+        if not path.is_file():
+            continue
+        with open(path, "rb") as handle:
+            if os.fstat(handle.fileno()).st_size == 0:
+                yield trial_dir.name, b""
+                continue
+            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                yield trial_dir.name, mapped
+
+
+# --------------------------------------------------------------------------- outputs
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float, str)):
+        return value if isinstance(value, str) else repr(value)
+    return json.dumps(value, sort_keys=True)
+
+
+def _csv_bytes(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> bytes:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([_cell(row.get(column)) for column in columns])
+    return buffer.getvalue().encode("utf-8")
+
+
+def metrics_csv(surface: Surface) -> bytes:
+    return _csv_bytes(["global_step", "attempt", *surface.metric_names()], surface.rows)
+
+
+def eval_csv(surface: Surface) -> bytes:
+    return _csv_bytes(["global_step", "attempt", *_metric_columns(surface.eval_rows)], surface.eval_rows)
+
+
+def superseded_csv(surface: Surface) -> bytes:
+    lead = ["global_step", "attempt", "kind", "superseded_by", "reason", "source", "line"]
+    rows = sorted(surface.superseded, key=lambda r: (r["kind"], r["global_step"], r["attempt"], r["line"]))
+    return _csv_bytes([*lead, *_metric_columns(rows, exclude=lead)], rows)
+
+
+def trials_csv(trials: Sequence[Mapping[str, Any]]) -> bytes:
+    return _csv_bytes(TRIAL_COLUMNS, sorted(trials, key=lambda row: str(row.get("trial"))))
+
+
+def reward_metric(surface: Surface) -> str | None:
+    names = surface.metric_names()
+    if DEFAULT_REWARD_METRIC in names:
+        return DEFAULT_REWARD_METRIC
+    return next((name for name in names if name.startswith("reward/")), None)
+
+
+def _candidate_steps(candidates: Iterable[Any] | None) -> list[tuple[int, bool]]:
+    steps: list[tuple[int, bool]] = []
+    for candidate in candidates or ():
+        if isinstance(candidate, int):
+            steps.append((candidate, True))
+        elif isinstance(candidate, Mapping):
+            steps.append((int(candidate["step"]), bool(candidate.get("complete", True))))
+        else:
+            steps.append((int(candidate.step), bool(getattr(candidate, "complete", True))))
+    return sorted(set(steps))
+
+
+def reward_png(surface: Surface, *, candidates: Iterable[Any] | None = None, selected_step: int | None = None,
+               behavior_break_step: int | None = None, job: str | None = None) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    metric = reward_metric(surface)
+    figure, axes = pyplot.subplots(figsize=(10, 4.8), dpi=100)
+    try:
+        if metric is not None:
+            points = [(step, value) for step, value in _plot_points(surface.rows, metric)]
+            if points:
+                steps = [step for step, _ in points]
+                values = [value for _, value in points]
+                axes.plot(steps, values, color="#9db4d0", linewidth=1, marker=".", label=metric)
+                axes.plot(steps, ema_series(values, DEFAULT_EMA_ALPHA), color="#1f4e8c", linewidth=2,
+                          label="EMA (alpha 1/3)")
+        else:
+            axes.text(0.5, 0.5, "no reward/ metric in the surface", ha="center", va="center",
+                      transform=axes.transAxes)
+        for index, (step, complete) in enumerate(_candidate_steps(candidates)):
+            axes.axvline(step, color="#777777" if complete else "#d9a400", linestyle=":", linewidth=1,
+                         label=("checkpoint" if complete else None) if index == 0 else None)
+        if selected_step is not None:
+            axes.axvline(selected_step, color="#2a9d3a", linewidth=2, label=f"selected (step {selected_step})")
+        if behavior_break_step is not None:
+            axes.axvline(behavior_break_step, color="#c0392b", linestyle="--", linewidth=2,
+                         label=f"behavior break (step {behavior_break_step})")
+        axes.set_xlabel("global step")
+        axes.set_ylabel(metric or "reward")
+        axes.set_title(f"{job + ': ' if job else ''}{metric or 'reward'} across the chain")
+        axes.grid(alpha=0.3)
+        if axes.get_legend_handles_labels()[0]:
+            axes.legend(loc="best", fontsize=8)
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", metadata={"Software": None})
+        return buffer.getvalue()
+    finally:
+        pyplot.close(figure)
+
+
+def _plot_points(rows: Sequence[Mapping[str, Any]], metric: str) -> list[tuple[int, float]]:
+    points = []
+    for row in rows:
+        value = coerce_value(row.get(metric))
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            points.append((row["global_step"], float(value)))
+    return points
+
+
+_KEY_METRIC_PATTERNS = (
+    r"reward/avg_raw_reward", r"reward/avg_pass_at_\d+", r"policy/policy_entropy", r"policy/final_loss|policy/policy_loss",
+    r"policy/grad_norm", r"generate/avg_num_tokens", r"generate/avg_num_turns", r"timing/step",
+)
+
+
+def key_metrics(names: Sequence[str]) -> list[str]:
+    chosen: list[str] = []
+    for pattern in _KEY_METRIC_PATTERNS:
+        match = next((name for name in names if re.fullmatch(pattern, name)), None)
+        if match and match not in chosen:
+            chosen.append(match)
+    return chosen
+
+
+def _fmt(value: Any) -> str:
+    value = coerce_value(value)
+    if value is None or value == "":
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4f}" if math.isfinite(value) else str(value)
+    return str(value)
+
+
+def _step_ranges(steps: Sequence[int]) -> str:
+    if not steps:
+        return "none"
+    ranges: list[str] = []
+    start = previous = steps[0]
+    for step in list(steps[1:]) + [None]:  # type: ignore[list-item]
+        if step is not None and step == previous + 1:
+            previous = step
+            continue
+        ranges.append(str(start) if start == previous else f"{start}-{previous}")
+        if step is not None:
+            start = previous = step
+    return ", ".join(ranges)
+
+
+def report_markdown(surface: Surface, trials: Sequence[Mapping[str, Any]], *, job: str | None = None,
+                    candidates: Iterable[Any] | None = None, selected_step: int | None = None,
+                    behavior_break_step: int | None = None, rows_in_table: int = 20) -> str:
+    out: list[str] = [f"# Metric report{': ' + job if job else ''}", ""]
+    steps = surface.steps()
+    out += ["## Overview", "",
+            f"- Attempts (chain order): {len(surface.files)}",
+            f"- Steps in the surface: {len(steps)} ({_step_ranges(steps)})",
+            f"- Superseded rows (superseded.csv): {len(surface.superseded)}",
+            f"- Eval rows (eval.csv): {len(surface.eval_rows)}",
+            f"- Trials (trials.csv): {len(trials)}", ""]
+    out += ["| # | attempt | log | serialization | steps | rows kept | other blocks ignored |",
+            "|---|---|---|---|---|---|---|"]
+    for index, info in enumerate(surface.files, start=1):
+        kept = sum(1 for row in surface.rows if row["attempt"] == info["attempt"])
+        ignored = ", ".join(f"{k}: {n}" for k, n in info["ignored_blocks"].items()) or "-"
+        out.append(f"| {index} | {info['attempt']} | {info['source']} | {info['serialization']} | "
+                   f"{_step_ranges(info['steps'])} | {kept} | {ignored} |")
+    out.append("")
+    out += ["A later attempt's rows replace every earlier row at or after its first step "
+            "(the earlier branch died; surviving checkpoints descend from the later attempt).", ""]
+
+    if candidates is not None or selected_step is not None or behavior_break_step is not None:
+        out += ["## Checkpoints", ""]
+        marks = _candidate_steps(candidates)
+        if marks:
+            out.append("- Candidates: " + ", ".join(f"{s}{'' if c else ' (incomplete)'}" for s, c in marks))
+        if selected_step is not None:
+            out.append(f"- Selected: step {selected_step}")
+        if behavior_break_step is not None:
+            out.append(f"- Behavior break: step {behavior_break_step}")
+        out.append("")
+
+    metrics = key_metrics(surface.metric_names())
+    out += ["## Progression", ""]
+    if metrics and surface.rows:
+        every = max(1, math.ceil(len(surface.rows) / rows_in_table))
+        picked = surface.rows[::every]
+        if picked[-1] is not surface.rows[-1]:
+            picked.append(surface.rows[-1])
+        out += [f"Every {every}{'st' if every == 1 else 'th'} step of the surface.", "",
+                "| step | attempt | " + " | ".join(metrics) + " |",
+                "|---|---|" + "---|" * len(metrics)]
+        for row in picked:
+            out.append(f"| {row['global_step']} | {row['attempt']} | " + " | ".join(_fmt(row.get(m)) for m in metrics) + " |")
+    else:
+        out.append("No key metrics (reward/, policy/, generate/, timing/step) in the surface.")
+    out.append("")
+
+    out += ["## Trial outcomes", ""]
+    valid = [t for t in trials if not t.get("error")]
+    malformed = Counter(str(t["error"]).split(":", 1)[0] for t in trials if t.get("error"))
+    if trials:
+        rewarded = [t for t in valid if isinstance(t.get("reward"), (int, float))]
+        successes = sum(1 for t in rewarded if t["reward"] > 0)
+        out.append(f"- result.json parsed: {len(valid)} of {len(trials)}")
+        if malformed:
+            out.append("- malformed result.json by reason: " + ", ".join(f"{k}: {n}" for k, n in sorted(malformed.items())))
+        out.append(f"- with a verifier reward: {len(rewarded)}; success (reward > 0): {successes} "
+                   f"= {100 * successes / max(1, len(valid)):.1f}% of parsed trials")
+        if rewarded:
+            out.append(f"- mean reward: {sum(t['reward'] for t in rewarded) / len(rewarded):.4f}")
+        exceptions = Counter(t.get("exception_type") or "none" for t in valid)
+        out += ["", "| exception type | trials |", "|---|---|"]
+        out += [f"| {name} | {count} |" for name, count in sorted(exceptions.items(), key=lambda kv: (-kv[1], kv[0]))]
+    else:
+        out.append("No trial results given.")
+    out.append("")
+
+    out += ["## Timing", ""]
+    timing = [name for name in surface.metric_names() if name.startswith("timing/")]
+    if timing:
+        out += ["| trainer span | mean s/step | steps |", "|---|---|---|"]
+        for name in timing:
+            values = _plot_points(surface.rows, name)
+            if values:
+                out.append(f"| {name} | {sum(v for _, v in values) / len(values):.1f} | {len(values)} |")
+        out.append("")
+    phases = ["trial_duration", *(f"{phase}_duration" for phase in PHASES)]
+    measured = {name: [t[name] for t in valid if isinstance(t.get(name), (int, float))] for name in phases}
+    if any(measured.values()):
+        out += ["| trial phase | mean s | trials timed |", "|---|---|---|"]
+        for name in phases:
+            if measured[name]:
+                out.append(f"| {name.removesuffix('_duration')} | {sum(measured[name]) / len(measured[name]):.1f} | {len(measured[name])} |")
+        out.append("")
+    if not timing and not any(measured.values()):
+        out += ["No timing metrics or trial phase times.", ""]
+    return "\n".join(out)
+
+
+def write_outputs(surface: Surface, trials: Sequence[Mapping[str, Any]], out_dir: str | os.PathLike[str], *,
+                  candidates: Iterable[Any] | None = None, selected_step: int | None = None,
+                  behavior_break_step: int | None = None, job: str | None = None) -> dict[str, str]:
+    """Write metrics.csv, superseded.csv, eval.csv, trials.csv, report.md and reward.png.
+
+    Everything is rendered in memory first, then each file is written to a temp name and
+    renamed, so a failure leaves no partial output. Returns {file name: path}.
+    """
+    candidate_list = list(candidates) if candidates is not None else None
+    rendered = {
+        "metrics.csv": metrics_csv(surface),
+        "superseded.csv": superseded_csv(surface),
+        "eval.csv": eval_csv(surface),
+        "trials.csv": trials_csv(trials),
+        "report.md": report_markdown(surface, trials, job=job, candidates=candidate_list, selected_step=selected_step,
+                                     behavior_break_step=behavior_break_step).encode("utf-8"),
+        "reward.png": reward_png(surface, candidates=candidate_list, selected_step=selected_step,
+                                 behavior_break_step=behavior_break_step, job=job),
+    }
+    target = Path(out_dir)
+    written: dict[str, str] = {}
+    for name, data in rendered.items():
+        atomic_write_bytes(target / name, data)
+        written[name] = str(target / name)
+    return written
+
+
+# --------------------------------------------------------------------------- CLI
+
+def cli_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="rlkeep metrics",
+        description="Build the metric surface from trainer logs given in chain order (attempt = file stem).")
+    parser.add_argument("logs", nargs="+", help="trainer logs, oldest attempt first")
+    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--results-dir", help="trace directory holding <trial>/result.json")
+    parser.add_argument("--job", help="job name for the report title")
+    args = parser.parse_args(argv)
+    parsed: list[tuple[str, ParsedLog]] = []
+    for log in args.logs:
+        path = Path(log)
+        if not path.is_file():
+            raise MetricsError(f"{log}: trainer log does not exist")
+        parsed.append((path.stem, parse_log_file(path, source=str(log))))
+    surface = surface_from_parsed(parsed)
+    trials = trials_from_results(iter_result_files(args.results_dir)) if args.results_dir else []
+    write_outputs(surface, trials, args.out, job=args.job)
+    for info in surface.files:
+        print(f"{info['source']}: {info['serialization']}, {len(info['steps'])} steps")
+    malformed = sum(1 for trial in trials if trial.get("error"))
+    print(f"metrics: {len(surface.rows)} steps, {len(surface.superseded)} superseded rows, "
+          f"{len(trials)} trials ({malformed} malformed) -> {args.out}")
+    return 0

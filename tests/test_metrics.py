@@ -1,0 +1,407 @@
+"""The metric surface: every serialization on real-shaped logs, chain order, supersession,
+trial results, outputs and the `rlkeep metrics` command."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from rlkeep import cli
+from rlkeep.errors import RlkeepError
+from rlkeep.metrics import (
+    Surface,
+    build_surface,
+    detect_serialization,
+    ema_series,
+    iter_result_files,
+    numeric_series,
+    parse_log,
+    parse_log_file,
+    trials_from_results,
+    write_outputs,
+)
+
+LOGS = Path(__file__).parent / "data" / "logs"
+E = "\x1b"
+RAY = "(skyrl_entrypoint pid=2211) "
+
+
+def fixture_text(name: str) -> str:
+    return (LOGS / name).read_text()
+
+
+def reward_by_step(rows):
+    return {row["global_step"]: row["reward/avg_raw_reward"] for row in rows}
+
+
+def wandb_line(step: int, reward: float, kind: str = "train") -> str:
+    payload = json.dumps({"reward/avg_raw_reward": reward, "trainer/global_step": step}, sort_keys=True)
+    return (f"{RAY}{E}[32m2026-03-30 17:05:45.123{E}[0m | {E}[1mINFO    {E}[0m | "
+            f"skyrl_train.trainer:_log_metrics_stdout:1951 - WANDB_MIRROR kind={kind} step={step} metrics={payload}{E}[0m\n")
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+# --------------------------------------------------------------------------- serializations
+
+def test_fixtures_carry_the_reference_bytes():
+    console = (LOGS / "skyrl_console.out").read_bytes()
+    # the console logger's trailing space after "Step N:", forced colours and Ray prefixes
+    assert b"\x1b[1mStep 5: \n(skyrl_entrypoint pid=2211) {'generate/avg_num_tokens': '9137.2500',\n" in console
+    assert b"'trainer/global_step': 5}\x1b[0m\n" in console
+    mirror = (LOGS / "wandb_mirror.out").read_bytes()
+    assert b'"reward/avg_pass_at_8": NaN' in mirror and b"}\x1b[0m\n" in mirror
+
+
+def test_wandb_mirror_train_rows_feed_the_surface_and_eval_rows_stay_apart():
+    parsed = parse_log(fixture_text("wandb_mirror.out"), "wandb_mirror.out")
+    assert parsed.serialization == "wandb-json"
+    assert reward_by_step(parsed.rows) == {1: 0.125, 2: 0.3203, 3: 0.25}
+    step2 = parsed.rows[1]
+    assert math.isnan(step2["reward/avg_pass_at_8"]) and step2["policy/policy_entropy"] == 0.8123
+    assert parsed.rows[2]["timing/step"] == 530.0  # no trainer/global_step: step= decides
+    assert [row["line"] for row in parsed.rows] == [7, 9, 11]
+    assert parsed.eval_rows == [{"global_step": 2, "line": 10, "eval/all/avg_score": 0.2812,
+                                 "eval/all/pass_at_8": 0.5, "trainer/global_step": 2}]
+
+
+def test_console_blocks_with_ansi_ray_prefixes_and_an_interleaved_actor():
+    parsed = parse_log(fixture_text("skyrl_console.out"), "skyrl_console.out")
+    assert parsed.serialization == "skyrl-console"
+    first, second = parsed.rows
+    assert first == {"global_step": 5, "line": 2, "generate/avg_num_tokens": 9137.25,
+                     "generate/num_timeout_trajectories": 3, "policy/policy_entropy": 0.8123,
+                     "reward/avg_raw_reward": 0.3203, "timing/step": 540.2, "trainer/global_step": 5}
+    # '0.0000' (a 1e-06 learning rate stringified to 4 decimals) stays a number
+    assert second["policy/policy_lr"] == 0.0 and second["global_step"] == 6
+    # "Step 6: Batch generation complete ..." is a progress line, not a block
+    assert len(parsed.rows) == 2
+
+
+def test_iris_job_log_prefixes_are_stripped_including_attempt_variant():
+    parsed = parse_log(fixture_text("iris_console.out"), "iris_console.out")
+    assert parsed.serialization == "skyrl-console"
+    assert reward_by_step(parsed.rows) == {41: 0.5, 42: 0.5312}
+
+
+def test_legacy_python_dicts_single_and_wrapped():
+    parsed = parse_log(fixture_text("python_dict.out"), "python_dict.out")
+    assert parsed.serialization == "python-dict"
+    assert [row["global_step"] for row in parsed.rows] == [20, 40, 60]
+    assert parsed.rows[1]["async/staleness_mean"] == 0.5 and parsed.rows[1]["line"] == 3
+    # pprint writes non-finite floats as bare nan; a key after trainer/global_step is kept
+    assert math.isnan(parsed.rows[2]["reward/avg_raw_reward"])
+    assert parsed.rows[2]["trainer/tokens_per_second_per_gpu"] == 1834.2
+
+
+def test_json_lines_need_a_step_key():
+    parsed = parse_log(fixture_text("json_lines.out"), "json_lines.out")
+    assert parsed.serialization == "json-lines"
+    assert reward_by_step(parsed.rows) == {1: 0.125, 2: 0.25, 3: 0.375}
+    plain = parse_log('{"step": 4, "loss": 1.5}\n{"step": 5, "loss": 1.25}\n', "plain.jsonl")
+    assert [(row["global_step"], row["loss"]) for row in plain.rows] == [(4, 1.5), (5, 1.25)]
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("wandb_mirror.out", "wandb-json"), ("skyrl_console.out", "skyrl-console"),
+    ("python_dict.out", "python-dict"), ("json_lines.out", "json-lines"),
+])
+def test_detect_serialization(name, expected):
+    assert detect_serialization(fixture_text(name)) == expected
+
+
+def test_mirror_wins_over_console_blocks_of_the_same_steps():
+    text = fixture_text("skyrl_console.out") + wandb_line(5, 0.9)
+    parsed = parse_log(text, "both.out")
+    assert parsed.serialization == "wandb-json"
+    assert reward_by_step(parsed.rows) == {5: 0.9}
+    assert parsed.ignored_blocks == {"skyrl-console": 2}
+
+
+@pytest.mark.parametrize("name", ["wandb_mirror.out", "skyrl_console.out", "python_dict.out",
+                                  "json_lines.out", "iris_console.out"])
+def test_streaming_in_tiny_chunks_matches_whole_text(name):
+    whole = parse_log(fixture_text(name), name)
+    streamed = parse_log_file(LOGS / name, source=name, chunk_bytes=37)
+    assert repr(streamed.rows) == repr(whole.rows)  # repr: NaN != NaN
+    assert streamed.serialization == whole.serialization
+    assert streamed.eval_rows == whole.eval_rows
+
+
+def test_blocks_far_apart_in_a_large_file_keep_their_line_numbers(tmp_path):
+    noise = "(AsyncVLLMInferenceEngine pid=3187) INFO Engine 000: Avg prompt throughput: 1.0 tokens/s\n" * 5000
+    path = tmp_path / "big.out"
+    path.write_text(noise + wandb_line(1, 0.1) + noise + wandb_line(2, 0.2))
+    parsed = parse_log_file(path, chunk_bytes=4096)
+    assert [(row["global_step"], row["line"]) for row in parsed.rows] == [(1, 5001), (2, 10002)]
+
+
+# --------------------------------------------------------------------------- bad logs
+
+def test_empty_log_is_an_error_naming_the_file():
+    with pytest.raises(RlkeepError, match=r"attempt-0\.out: trainer log is empty"):
+        parse_log("", "attempt-0.out")
+
+
+def test_log_without_metric_blocks_is_an_error_naming_the_file():
+    with pytest.raises(RlkeepError, match=r"noise\.out: no metric blocks found"):
+        parse_log("INFO starting\nTraceback (most recent call last):\n", "noise.out")
+
+
+def test_truncated_console_dict_names_file_and_line():
+    with pytest.raises(RlkeepError, match=r"truncated_console\.out:19: metric dict of 'Step 7:' is truncated"):
+        parse_log_file(LOGS / "truncated_console.out", source="truncated_console.out")
+
+
+def test_dict_cut_off_by_a_new_message_names_the_line():
+    text = (f"{RAY}Step 3: \n{RAY}{{'reward/avg_raw_reward': '0.5000',\n"
+            f"{RAY}INFO something else entirely\n")
+    with pytest.raises(RlkeepError, match=r"cut\.out:1: metric dict of 'Step 3:' is truncated"):
+        parse_log(text, "cut.out")
+
+
+def test_malformed_mirror_json_names_file_and_line():
+    text = wandb_line(1, 0.1) + 'WANDB_MIRROR kind=train step=2 metrics={"reward/avg_raw_reward": 0.2, "trai\n'
+    with pytest.raises(RlkeepError, match=r"bad\.out:2: WANDB_MIRROR metrics are not valid JSON"):
+        parse_log(text, "bad.out")
+
+
+def test_a_truncated_legacy_dict_is_an_error():
+    text = "{'async/staleness_max': 0, 'reward/avg_raw_reward': 0.2, 'trainer/global_step': 20}\n{'async/x': 1,\n"
+    with pytest.raises(RlkeepError, match=r"legacy\.out:2: .* is truncated"):
+        parse_log(text, "legacy.out")
+
+
+def test_mirror_with_only_eval_rows_is_an_error():
+    with pytest.raises(RlkeepError, match=r"eval\.out: wandb-json metric lines found but none is a training row"):
+        parse_log(wandb_line(2, 0.3, kind="eval"), "eval.out")
+
+
+# --------------------------------------------------------------------------- the surface
+
+def chain_logs(*attempts: tuple[str, dict[int, float]]) -> list[tuple[str, str, str]]:
+    return [(slug, f"{slug}.out", "".join(wandb_line(step, value) for step, value in steps.items()))
+            for slug, steps in attempts]
+
+
+def test_chain_order_is_the_callers_not_file_name_order():
+    # "-r10" sorts before "-r9": a sorted() chain would let r9 (older) overwrite r10
+    logs = chain_logs(("rl-swe", {1: 0.1, 2: 0.2}), ("rl-swe-r9", {2: 0.3, 3: 0.4}), ("rl-swe-r10", {3: 0.5, 4: 0.6}))
+    surface = build_surface(logs)
+    assert [(row["global_step"], row["attempt"], row["reward/avg_raw_reward"]) for row in surface.rows] == [
+        (1, "rl-swe", 0.1), (2, "rl-swe-r9", 0.3), (3, "rl-swe-r10", 0.5), (4, "rl-swe-r10", 0.6)]
+    assert [info["attempt"] for info in surface.files] == ["rl-swe", "rl-swe-r9", "rl-swe-r10"]
+    reordered = build_surface(sorted(logs))
+    assert reward_by_step(reordered.rows)[3] == 0.4  # proves the order given is what counts
+
+
+def test_later_attempt_supersedes_every_row_from_its_resume_point():
+    logs = chain_logs(("run", {step: step / 100 for step in range(1, 46)}),
+                      ("run-r1", {41: 0.9, 42: 0.91}))
+    surface = build_surface(logs)
+    assert surface.steps() == list(range(1, 43))
+    assert {row["attempt"] for row in surface.rows if row["global_step"] > 40} == {"run-r1"}
+    superseded = {row["global_step"]: row for row in surface.superseded}
+    assert sorted(superseded) == [41, 42, 43, 44, 45]
+    assert superseded[41]["attempt"] == "run" and superseded[41]["superseded_by"] == "run-r1"
+    assert superseded[41]["reason"] == "re-logged by later attempt run-r1"
+    assert superseded[44]["reason"] == "after the resume point (step 41) of later attempt run-r1"
+    assert superseded[44]["reward/avg_raw_reward"] == 0.44
+
+
+def test_same_step_twice_in_one_attempt_merges_and_keeps_the_overwritten_block():
+    text = wandb_line(1, 0.1) + 'WANDB_MIRROR kind=train step=1 metrics={"timing/step": 5.0}\n' + wandb_line(1, 0.7)
+    surface = build_surface([("a", "a.out", text)])
+    assert surface.rows == [{"global_step": 1, "line": 3, "attempt": "a", "source": "a.out",
+                             "reward/avg_raw_reward": 0.7, "timing/step": 5.0, "trainer/global_step": 1}]
+    (old,) = surface.superseded
+    assert old["reward/avg_raw_reward"] == 0.1 and "same log" in old["reason"]
+
+
+def test_an_attempt_listed_twice_is_an_error():
+    with pytest.raises(RlkeepError, match="attempt 'a' appears twice"):
+        build_surface(chain_logs(("a", {1: 0.1}), ("a", {2: 0.2})))
+
+
+def test_ema_series_hand_computed():
+    assert ema_series([0.2, 0.8], 1 / 3) == pytest.approx([0.2, 0.4])
+    assert ema_series([0.0, 1.0, 1.0], 1 / 3) == pytest.approx([0.0, 1 / 3, 5 / 9])
+
+
+def test_numeric_series_errors_name_metric_file_and_line():
+    surface = build_surface([("a", "a.out", wandb_line(1, 0.1) +
+                              'WANDB_MIRROR kind=train step=2 metrics={"reward/avg_raw_reward": "n/a"}\n')])
+    with pytest.raises(RlkeepError, match=r"'reward/avg_raw_reward' has a non-numeric value 'n/a' at step 2 \(a\.out:2\)"):
+        numeric_series(surface.rows, "reward/avg_raw_reward")
+    with pytest.raises(RlkeepError, match=r"metric 'reward/avg_pass_at_8' is absent .*available: reward/avg_raw_reward"):
+        numeric_series(surface.rows, "reward/avg_pass_at_8")
+
+
+# --------------------------------------------------------------------------- trials
+
+EXAMPLE_RESULT = {
+    "id": "8b1f2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d",
+    "task_name": "codecontests-1234",
+    "trial_name": "codecontests-1234__Xk3pQ9a",
+    "trial_uri": "file:///mnt/local_storage/trials_run/codecontests-1234__Xk3pQ9a",
+    "task_id": {"path": "/data/harbor/CodeContests/codecontests-1234"},
+    "source": None,
+    "task_checksum": "9d2f4c1b7a0e58c3b6d1e4f2a7c9b0e13f5a8d6c2b4e7f9a1c3d5e7f9b2a4c6e",
+    "config": {"agent": {"name": "terminus-2", "model_name": "hosted_vllm/Qwen3-8B",
+                         "kwargs": {"max_turns": 32, "collect_rollout_details": True,
+                                    "llm_kwargs": {"extra_body": {"cache_salt": "Qwen3-8B@12"}}}}, "job_id": None},
+    "agent_info": {"name": "terminus-2", "version": "2.0.0", "model_info": {"name": "Qwen3-8B", "provider": "hosted_vllm"}},
+    "agent_result": {"n_input_tokens": 18234, "n_cache_tokens": 0, "n_output_tokens": 2210, "cost_usd": None,
+                     "rollout_details": [{"prompt_token_ids": [[151644, 8948]], "completion_token_ids": [[40, 151645]],
+                                          "logprobs": [[-0.01, -0.4]]}],
+                     "metadata": {"n_episodes": 2, "api_request_times_msec": [812.4, 640.1], "summarization_count": 0}},
+    "verifier_result": {"rewards": {"reward": 1.0}},
+    "exception_info": None,
+    "started_at": "2026-03-30T17:04:11.512345Z",
+    "finished_at": "2026-03-30T17:05:45.512345Z",
+    "environment_setup": {"started_at": "2026-03-30T17:04:11.512345Z", "finished_at": "2026-03-30T17:04:25.512345Z"},
+    "agent_setup": {"started_at": "2026-03-30T17:04:25.512345Z", "finished_at": "2026-03-30T17:04:30.512345+00:00"},
+    "agent_execution": {"started_at": "2026-03-30T17:04:30.512345Z", "finished_at": "2026-03-30T17:05:31.512345Z"},
+    "verifier": None,
+}
+
+
+def failed_result() -> dict:
+    result = json.loads(json.dumps(EXAMPLE_RESULT))
+    result.update(trial_name="codecontests-77__Ab12Cd3", task_name="codecontests-77", verifier_result=None,
+                  exception_info={"exception_type": "AgentTimeoutError",
+                                  "exception_message": "Agent execution timed out after 1200.0 seconds",
+                                  "exception_traceback": "Traceback \"quoted\" \\ …", "occurred_at": "2026-03-30T17:24:31.901122"})
+    result["agent_setup"] = {"started_at": "2026-03-30T17:04:25", "finished_at": "2026-03-30T17:04:30Z"}
+    return result
+
+
+def test_trial_rows_from_harbor_result_json():
+    ok = json.dumps(EXAMPLE_RESULT, indent=4).encode()
+    failed = json.dumps(failed_result(), indent=4, ensure_ascii=False).encode()
+    rows = trials_from_results([("codecontests-77__Ab12Cd3", failed), ("codecontests-1234__Xk3pQ9a", ok)])
+    assert [row["trial"] for row in rows] == ["codecontests-1234__Xk3pQ9a", "codecontests-77__Ab12Cd3"]
+    good, bad = rows
+    assert good == {"trial": "codecontests-1234__Xk3pQ9a", "task": "codecontests-1234", "reward": 1.0,
+                    "exception_type": None, "n_input_tokens": 18234, "n_output_tokens": 2210, "n_episodes": 2,
+                    "trial_duration": 94.0, "environment_setup_duration": 14.0, "agent_setup_duration": 5.0,
+                    "agent_execution_duration": 61.0, "verifier_duration": None, "error": None}
+    assert bad["reward"] is None and bad["exception_type"] == "AgentTimeoutError" and bad["error"] is None
+    assert bad["agent_setup_duration"] is None  # naive start, zoned finish: not guessed
+
+
+@pytest.mark.parametrize(("data", "reason"), [
+    (b"", "empty"),
+    (b"   \n", "empty"),
+    (json.dumps(EXAMPLE_RESULT).encode()[:-40], "truncated"),
+    (b'{"task_name": "x", "verifier_result": {"rewards": {"reward": 1.0}} oops}', "invalid-json"),
+    (b"[1, 2, 3]", "not-an-object"),
+    (b'{"task_name": "x", "verifier_result": [1]}', "unexpected-shape"),
+    (b'{"task_name": "x"} trailing', "invalid-json"),
+])
+def test_malformed_result_json_is_counted_by_reason_not_fatal(data, reason):
+    good = json.dumps(EXAMPLE_RESULT).encode()
+    rows = trials_from_results([("bad", data), ("good", good)])
+    by_trial = {row["trial"]: row for row in rows}
+    assert by_trial["bad"]["error"].split(":")[0] == reason
+    assert by_trial["good"]["reward"] == 1.0
+
+
+def test_huge_rollout_details_are_skipped_not_decoded(tmp_path):
+    result = json.loads(json.dumps(EXAMPLE_RESULT))
+    turn = {"prompt_token_ids": [list(range(151000, 151000 + 4000))] * 40,
+            "completion_token_ids": [list(range(4000))] * 40, "logprobs": [[-0.0123] * 4000] * 40}
+    result["agent_result"]["rollout_details"] = [turn] * 2  # indent 4 as harbor writes: ~30 MB
+    path = tmp_path / "trace_jobs" / "big__Zz9Yy8x" / "result.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(result, indent=4))
+    size = path.stat().st_size
+    assert size > 20_000_000
+    tracemalloc.start()
+    (row,) = trials_from_results(iter_result_files(tmp_path / "trace_jobs"))
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert row["n_input_tokens"] == 18234 and row["reward"] == 1.0 and row["error"] is None
+    assert peak < size / 20  # never materialised: json.loads of it would take many times its size
+
+
+# --------------------------------------------------------------------------- outputs and CLI
+
+def sample_surface() -> Surface:
+    return build_surface([
+        ("rl-swe", "rl-swe.out", fixture_text("wandb_mirror.out")),
+        ("rl-swe-r1", "rl-swe-r1.out", "".join(wandb_line(step, step / 10) for step in range(3, 8))),
+    ])
+
+
+def test_write_outputs_files_columns_and_deterministic_bytes(tmp_path):
+    surface = sample_surface()
+    trials = trials_from_results([("t1", json.dumps(EXAMPLE_RESULT).encode()),
+                                  ("t2", json.dumps(failed_result()).encode()), ("t3", b"{")])
+    first, second = tmp_path / "one", tmp_path / "two"
+    for out in (first, second):
+        write_outputs(surface, trials, out, candidates=[2, 4], selected_step=4, behavior_break_step=6, job="rl-swe")
+    names = {"metrics.csv", "superseded.csv", "eval.csv", "trials.csv", "report.md", "reward.png"}
+    assert {path.name for path in first.iterdir()} == names  # no temp files left behind
+    for name in names - {"reward.png"}:
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+    header = (first / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert header[:2] == ["global_step", "attempt"] and header[2:] == sorted(header[2:])
+    rows = read_csv(first / "metrics.csv")
+    assert [(r["global_step"], r["attempt"]) for r in rows] == [("1", "rl-swe"), ("2", "rl-swe")] + [
+        (str(step), "rl-swe-r1") for step in range(3, 8)]
+    assert rows[1]["reward/avg_pass_at_8"] == "nan"
+    (old,) = read_csv(first / "superseded.csv")
+    assert (old["global_step"], old["attempt"], old["superseded_by"]) == ("3", "rl-swe", "rl-swe-r1")
+    trial_rows = read_csv(first / "trials.csv")
+    assert [r["trial"] for r in trial_rows] == ["t1", "t2", "t3"] and trial_rows[2]["error"].startswith("truncated")
+    report = (first / "report.md").read_text()
+    for expected in ("| 1 | rl-swe | rl-swe.out | wandb-json | 1-3 | 2 |", "## Progression", "## Trial outcomes",
+                     "malformed result.json by reason: truncated: 1", "| AgentTimeoutError | 1 |",
+                     "success (reward > 0): 1 = 50.0%", "Behavior break: step 6", "## Timing"):
+        assert expected in report, expected
+    png = (first / "reward.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def test_cli_metrics_in_chain_order(tmp_path, capsys):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "rl-swe-r9.out").write_text("".join(wandb_line(s, 0.1) for s in (1, 2, 3)))
+    (logs / "rl-swe-r10.out").write_text("".join(wandb_line(s, 0.9) for s in (3, 4)))
+    traces = tmp_path / "trace_jobs"
+    (traces / "codecontests-1234__Xk3pQ9a").mkdir(parents=True)
+    (traces / "codecontests-1234__Xk3pQ9a" / "result.json").write_text(json.dumps(EXAMPLE_RESULT, indent=4))
+    (traces / "unfinished__Qq1Ww2e" / "agent").mkdir(parents=True)
+    out = tmp_path / "metrics"
+    status = cli.main(["metrics", str(logs / "rl-swe-r9.out"), str(logs / "rl-swe-r10.out"),
+                       "--out", str(out), "--results-dir", str(traces)])
+    assert status == 0
+    rows = read_csv(out / "metrics.csv")
+    assert [(r["global_step"], r["attempt"], r["reward/avg_raw_reward"]) for r in rows] == [
+        ("1", "rl-swe-r9", "0.1"), ("2", "rl-swe-r9", "0.1"), ("3", "rl-swe-r10", "0.9"), ("4", "rl-swe-r10", "0.9")]
+    assert [r["trial"] for r in read_csv(out / "trials.csv")] == ["codecontests-1234__Xk3pQ9a"]
+    assert "4 steps, 1 superseded rows, 1 trials" in capsys.readouterr().out
+
+
+def test_cli_reports_a_bad_log_by_name(tmp_path, capsys):
+    empty = tmp_path / "rl-swe.out"
+    empty.write_text("")
+    assert cli.main(["metrics", str(empty), "--out", str(tmp_path / "out")]) == 1
+    assert f"rlkeep: {empty}: trainer log is empty" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    assert cli.main(["metrics", str(tmp_path / "missing.out"), "--out", str(tmp_path / "out")]) == 1
+    assert "missing.out: trainer log does not exist" in capsys.readouterr().err
+
+
+def test_surface_rows_hold_provenance_for_error_messages():
+    surface = sample_surface()
+    row = next(row for row in surface.rows if row["global_step"] == 2)
+    assert (row["attempt"], row["source"], row["line"]) == ("rl-swe", "rl-swe.out", 9)
