@@ -26,7 +26,8 @@ from urllib.parse import urlparse
 from rlkeep.errors import StoreError
 
 CHUNK = 1 << 20
-READ_ATTEMPTS = 6
+API_ATTEMPTS = 5  # botocore's own retries (standard mode: throttling, 5xx, resets), with backoff
+READ_ATTEMPTS = 4  # whole-object re-reads when a body breaks mid-stream
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class FetchedObject:
 class Store(Protocol):
     url: str
 
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]: ...
+    def list(self, prefix: str = "", *, page_size: int = 1000) -> Iterator[ObjectInfo]: ...
     def read_into(self, key: str, sink: IO[bytes]) -> tuple[int, str]: ...
     def read_bytes(self, key: str) -> bytes: ...
     def exists(self, key: str) -> bool: ...
@@ -110,7 +111,7 @@ class FileStore:
     def _path(self, key: str) -> Path:
         return self.root / check_key(key, where=self.url)
 
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+    def list(self, prefix: str = "", *, page_size: int = 1000) -> Iterator[ObjectInfo]:
         base = self.root / prefix.strip("/") if prefix.strip("/") else self.root
         if not base.exists():
             return
@@ -177,14 +178,16 @@ _local = threading.local()
 
 
 def s3_client():  # type: ignore[no-untyped-def]
-    """One boto3 client per thread (clients are thread-safe, sessions are not)."""
-    client = getattr(_local, "client", None)
+    """One boto3 client per thread and endpoint (clients are thread-safe, sessions are not)."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    clients = _local.__dict__.setdefault("clients", {})
+    client = clients.get(endpoint)
     if client is None:
         import boto3
         from botocore.config import Config
 
         config = Config(
-            retries={"max_attempts": 8, "mode": "standard"},
+            retries={"max_attempts": API_ATTEMPTS, "mode": "standard"},
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
             connect_timeout=10,
@@ -194,7 +197,7 @@ def s3_client():  # type: ignore[no-untyped-def]
         session = boto3.session.Session()
         region = session.region_name or os.environ.get("AWS_REGION") or "us-east-1"
         client = session.client("s3", region_name=region, config=config)
-        _local.client = client
+        clients[endpoint] = client
     return client
 
 
@@ -202,6 +205,7 @@ def _retryable(error: Exception) -> bool:
     from botocore.exceptions import (
         ClientError,
         ConnectionError as BotoConnectionError,
+        HTTPClientError,
         IncompleteReadError,
         ResponseStreamingError,
     )
@@ -211,7 +215,7 @@ def _retryable(error: Exception) -> bool:
         status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
         code = error.response.get("Error", {}).get("Code", "")
         return status >= 500 or code in {"SlowDown", "Throttling", "RequestTimeout", "InternalError"}
-    return isinstance(error, (BotoConnectionError, IncompleteReadError, ResponseStreamingError, ProtocolError, OSError))
+    return isinstance(error, (BotoConnectionError, HTTPClientError, IncompleteReadError, ResponseStreamingError, ProtocolError, OSError))
 
 
 def _is_missing(error: Exception) -> bool:
@@ -239,29 +243,27 @@ class S3Store:
         check_key(key, where=self.url)
         return f"{self.prefix}/{key}" if self.prefix else key
 
-    def _retry(self, what: str, action: Callable[[], object]) -> object:
-        for attempt in range(READ_ATTEMPTS):
-            try:
-                return action()
-            except Exception as error:  # noqa: BLE001 - classified below
-                if _is_missing(error):
-                    raise ObjectMissing(f"{what}: no such object") from None
-                if not _retryable(error) or attempt == READ_ATTEMPTS - 1:
-                    raise StoreError(f"{what}: failed after {attempt + 1} attempts: {_describe_error(error)}") from None
-                time.sleep(min(8.0, 0.2 * 2**attempt))
-        raise AssertionError("unreachable")
+    def _call(self, what: str, action: Callable[[], object]) -> object:
+        """One API call; botocore already retried throttling, 5xx and connection errors."""
+        try:
+            return action()
+        except Exception as error:  # noqa: BLE001 - classified below
+            if _is_missing(error):
+                raise ObjectMissing(f"{what}: no such object") from None
+            attempts = API_ATTEMPTS if _retryable(error) else 1
+            raise StoreError(f"{what}: failed after {attempts} attempts: {_describe_error(error)}") from None
 
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+    def list(self, prefix: str = "", *, page_size: int = 1000) -> Iterator[ObjectInfo]:
         full_prefix = "/".join(p for p in (self.prefix, prefix.strip("/")) if p)
         if full_prefix:
             full_prefix += "/"
         root_len = len(self.prefix) + 1 if self.prefix else 0
         token: str | None = None
         while True:
-            kwargs = {"Bucket": self.bucket, "Prefix": full_prefix, "MaxKeys": 1000}
+            kwargs = {"Bucket": self.bucket, "Prefix": full_prefix, "MaxKeys": page_size}
             if token:
                 kwargs["ContinuationToken"] = token
-            page = self._retry(
+            page = self._call(
                 f"{self.url}: listing {prefix or '/'}",
                 lambda: s3_client().list_objects_v2(**kwargs),
             )
@@ -318,27 +320,27 @@ class S3Store:
 
     def exists(self, key: str) -> bool:
         try:
-            self._retry(f"{self.url}/{key}", lambda: s3_client().head_object(Bucket=self.bucket, Key=self._full(key)))
+            self._call(f"{self.url}/{key}", lambda: s3_client().head_object(Bucket=self.bucket, Key=self._full(key)))
             return True
         except ObjectMissing:
             return False
 
     def head(self, key: str) -> ObjectInfo:
-        response = self._retry(f"{self.url}/{key}", lambda: s3_client().head_object(Bucket=self.bucket, Key=self._full(key)))
+        response = self._call(f"{self.url}/{key}", lambda: s3_client().head_object(Bucket=self.bucket, Key=self._full(key)))
         return ObjectInfo(key=key, size=int(response["ContentLength"]), etag=response.get("ETag", "").strip('"'))  # type: ignore[index]
 
     def put_file(self, key: str, path: Path) -> ObjectInfo:
         from boto3.s3.transfer import TransferConfig
 
         config = TransferConfig(multipart_threshold=64 << 20, multipart_chunksize=64 << 20, max_concurrency=4)
-        self._retry(
+        self._call(
             f"{self.url}/{key}: upload",
             lambda: s3_client().upload_file(str(path), self.bucket, self._full(key), Config=config),
         )
         return self.head(key)
 
     def put_bytes(self, key: str, data: bytes) -> ObjectInfo:
-        self._retry(
+        self._call(
             f"{self.url}/{key}: upload",
             lambda: s3_client().put_object(Bucket=self.bucket, Key=self._full(key), Body=data),
         )
@@ -352,7 +354,7 @@ class S3Store:
             if not batch:
                 return
             objects = [{"Key": self._full(key)} for key in batch]
-            response = self._retry(
+            response = self._call(
                 f"{self.url}: delete {len(batch)} objects",
                 lambda: s3_client().delete_objects(Bucket=self.bucket, Delete={"Objects": objects, "Quiet": False}),
             )

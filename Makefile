@@ -1,0 +1,34 @@
+# rlkeep developer entry points. Each target creates .venv when missing and installs the
+# pinned set (pyproject.toml pins the direct dependencies, requirements.lock the rest).
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.rlkeep-installed
+EXTRAS := test,torch,postgres
+PYTEST_ARGS ?=
+
+.PHONY: setup test demo bench lint clean-demo
+
+$(STAMP): pyproject.toml requirements.lock
+	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install --quiet --upgrade "pip==26.3"
+	$(VPY) -m pip install --quiet -c requirements.lock -e ".[$(EXTRAS)]"
+	$(VENV)/bin/rlkeep install-profiles
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+test: setup
+	$(VPY) -m pytest $(PYTEST_ARGS)
+
+demo: setup
+	$(VPY) -m rlkeep demo --data-root demo-data
+
+bench: setup
+	$(VPY) tests/benchmarks/run_all.py --out bench/results
+
+lint: setup
+	$(VENV)/bin/snakemake --lint --snakefile Snakefile --directory demo-data -n || true
+
+clean-demo:
+	rm -rf demo-data

@@ -1,0 +1,109 @@
+"""Shared fixtures: a real S3 server (SeaweedFS) on 127.0.0.1, the Iris stand-in, data roots.
+
+The S3 server is started once per session and every test gets its own bucket. Its
+credentials go into os.environ (boto3 reads them there, as in production) and into the
+environment of every Snakemake subprocess.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlkeep.devserver.iris import install_executable
+from rlkeep.devserver.s3 import S3Server
+
+REPO = Path(__file__).resolve().parents[1]
+_bucket_numbers = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    server = S3Server(tmp_path_factory.mktemp("seaweedfs"))
+    server.start()
+    saved = {key: os.environ.get(key) for key in server.env()}
+    os.environ.update(server.env())
+    yield server
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    server.stop()
+
+
+@pytest.fixture
+def bucket(s3_server: S3Server, request: pytest.FixtureRequest) -> str:
+    name = f"t{next(_bucket_numbers)}-{os.getpid()}"
+    s3_server.create_bucket(name)
+    return name
+
+
+class IrisStandin:
+    def __init__(self, root: Path) -> None:
+        self.bin_dir = root / "bin"
+        self.state_path = root / "iris-state.json"
+        self.calls_path = root / "iris-calls.jsonl"
+        install_executable(self.bin_dir)
+        self.write_state({"jobs": {}})
+        self.calls_path.touch()
+
+    def write_state(self, state: dict) -> None:
+        self.state_path.write_text(json.dumps(state, indent=2))
+
+    def state(self) -> dict:
+        return json.loads(self.state_path.read_text())
+
+    def calls(self) -> list[list[str]]:
+        return [json.loads(line)["argv"] for line in self.calls_path.read_text().splitlines() if line]
+
+    def stop_calls(self) -> list[list[str]]:
+        return [argv for argv in self.calls() if "stop" in argv or "kill" in argv]
+
+    def env(self) -> dict[str, str]:
+        return {
+            "PATH": f"{self.bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+            "IRIS_STANDIN_STATE": str(self.state_path),
+            "IRIS_STANDIN_CALLS": str(self.calls_path),
+        }
+
+
+@pytest.fixture
+def iris(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> IrisStandin:
+    standin = IrisStandin(tmp_path / "iris")
+    for key, value in standin.env().items():
+        monkeypatch.setenv(key, value)
+    return standin
+
+
+@pytest.fixture
+def data_root(tmp_path: Path) -> Path:
+    root = tmp_path / "data"
+    (root / "records").mkdir(parents=True)
+    return root
+
+
+def write_record(data_root: Path, record: dict) -> Path:
+    path = data_root / "records" / f"{record['job']}.yaml"
+    path.write_text(yaml.safe_dump(record, sort_keys=False))
+    return path
+
+
+def run_snakemake(data_root: Path, *targets: str, extra: tuple[str, ...] = (), config: tuple[str, ...] = (),
+                  env: dict[str, str] | None = None, profile: str = "local", timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run the real pipeline in a subprocess, as an operator would (targets before --config)."""
+    command = [
+        sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
+        "--profile", str(REPO / "profiles" / profile), *targets, *extra,
+    ]
+    if config:
+        command += ["--config", *config]
+    return subprocess.run(command, cwd=data_root, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})

@@ -1,0 +1,90 @@
+"""The workflow end to end through real Snakemake subprocesses, as an operator runs it."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import run_snakemake, write_record
+
+RECORD = {
+    "job": "rl-demo",
+    "user": "demo",
+    "scheduler": "iris",
+    "cluster": "cw-test",
+    "chain": ["/demo/rl-demo", "/demo/rl-demo-r1"],
+    "store": "s3://runs/iris/rl-demo",
+    "checkpoint": {"interval": 20},
+}
+
+
+def iris_jobs() -> dict:
+    def job(state: str) -> dict:
+        return {"state": state, "exit_code": 1, "failure_count": 1, "preemption_count": 0, "tasks": [], "log_lines": []}
+
+    return {"jobs": {"/demo/rl-demo": job("failed"), "/demo/rl-demo-r1": job("pending"),
+                     "/demo/rl-demo-r10": job("pending"), "/demo/rl-demo-r1/eval": job("pending")}}
+
+
+def test_dry_run_prints_the_plan_without_calls_or_writes(data_root: Path, iris) -> None:
+    write_record(data_root, RECORD)
+    iris.write_state(iris_jobs())
+    result = run_snakemake(data_root, "rl-demo/DONE", extra=("-n",))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout + result.stderr
+    for rule in ("capture_chain", "stop_retries", "done"):
+        assert f"rule {rule}:" in out
+    assert "This was a dry-run" in out
+    assert iris.calls() == []
+    assert not (data_root / "rl-demo").exists()
+
+
+def test_run_stops_exact_pending_retry_writes_done_and_rerun_is_a_no_op(data_root: Path, iris) -> None:
+    write_record(data_root, RECORD)
+    iris.write_state(iris_jobs())
+    result = run_snakemake(data_root, "rl-demo/DONE")
+    assert result.returncode == 0, result.stderr
+    assert iris.stop_calls() == [["--cluster=cw-test", "job", "stop", "/demo/rl-demo-r1", "--no-include-children"]]
+    chain = json.loads((data_root / "rl-demo/chain.json").read_text())
+    assert [a["state"] for a in chain["attempts"]] == ["failed", "pending"]
+    retries = json.loads((data_root / "rl-demo/retries.json").read_text())
+    assert retries["status"] == "completed"
+    assert [s["id"] for s in retries["stopped"]] == ["/demo/rl-demo-r1"]
+    done = json.loads((data_root / "rl-demo/DONE").read_text())
+    assert done["job"] == "rl-demo" and done["retries_stopped"] == ["/demo/rl-demo-r1"]
+    assert done["steps"]["capture_chain"] == "completed"
+    assert "## Steps" in (data_root / "rl-demo/REPORT.md").read_text()
+
+    calls_before = len(iris.calls())
+    again = run_snakemake(data_root, "rl-demo/DONE")
+    assert again.returncode == 0
+    assert "Nothing to be done" in again.stdout + again.stderr
+    assert len(iris.calls()) == calls_before
+
+
+def test_bad_record_fails_before_any_work_naming_file_and_field(data_root: Path, iris) -> None:
+    write_record(data_root, {**RECORD, "store": "relative/path"})
+    result = run_snakemake(data_root, "rl-demo/DONE")
+    assert result.returncode != 0
+    assert "records/rl-demo.yaml: field 'store'" in result.stderr
+    assert "absolute store URL" in result.stderr
+    assert iris.calls() == []
+    assert not (data_root / "rl-demo").exists()
+
+
+def test_blocked_step_is_named_in_status_json(data_root: Path, iris, monkeypatch) -> None:
+    write_record(data_root, RECORD)
+    iris.write_state(iris_jobs())
+    monkeypatch.setenv("IRIS_STANDIN_FAIL", "summary")
+    result = run_snakemake(data_root, "rl-demo/DONE")
+    assert result.returncode != 0
+    status = json.loads((data_root / "rl-demo/STATUS.json").read_text())
+    assert status["blocked"] == ["capture_chain"]
+    assert "failed to connect to controller" in status["steps"]["capture_chain"]["reason"]
+    assert not status["done"]
+    assert not (data_root / "rl-demo/DONE").exists()
+
+    monkeypatch.delenv("IRIS_STANDIN_FAIL")
+    result = run_snakemake(data_root, "rl-demo/DONE")
+    assert result.returncode == 0, result.stderr
+    status = json.loads((data_root / "rl-demo/STATUS.json").read_text())
+    assert status["blocked"] == [] and status["done"]

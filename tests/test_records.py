@@ -1,0 +1,118 @@
+"""Job records: every bad-record case fails before any work, naming file, field and expectation."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlkeep.errors import RecordError
+from rlkeep.records import load_record
+
+GOOD = {
+    "job": "rl-qwen3-swe-v3",
+    "user": "benjaminfeuer",
+    "scheduler": "iris",
+    "cluster": "cw-us-east-02a",
+    "chain": ["/benjaminfeuer/rl-qwen3-swe-v3", "/benjaminfeuer/rl-qwen3-swe-v3-r1"],
+    "store": "s3://marin-us-east-02a/iris/rl-qwen3-swe-v3",
+    "tracker_url": "https://wandb.ai/team/project/runs/abc123",
+    "base_model": "Qwen/Qwen3-8B",
+    "checkpoint": {"interval": 20, "rule": {"kind": "ema_max", "metric": "reward/avg_raw_reward", "alpha": 0.3333},
+                   "behavior_break_step": 140},
+    "publish": {"model": "laion/rl-qwen3-swe-v3", "traces": "laion/rl-qwen3-swe-v3-traces", "private": True},
+    "register": {"authorized": False, "url": "sqlite:///registry.db"},
+    "archive": {"dest": "s3://bucket/archives/"},
+}
+
+
+def write(tmp_path: Path, data: object, name: str = "rl-qwen3-swe-v3") -> Path:
+    path = tmp_path / "records" / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+    return path
+
+
+def test_contract_example_loads_with_layout_defaults(tmp_path: Path) -> None:
+    record = load_record(write(tmp_path, GOOD))
+    assert record.attempts == ["rl-qwen3-swe-v3", "rl-qwen3-swe-v3-r1"]
+    assert record.layout == {"logs": "logs", "traces": "trace_jobs", "ckpts": "ckpts", "exports": "exports"}
+    assert record.store_url("traces") == "s3://marin-us-east-02a/iris/rl-qwen3-swe-v3/trace_jobs"
+    assert record.selection_rule == {"kind": "ema_max", "metric": "reward/avg_raw_reward", "alpha": 0.3333}
+
+
+def test_nothing_is_invented_when_optional_sections_are_absent(tmp_path: Path) -> None:
+    minimal = {k: GOOD[k] for k in ("job", "user", "scheduler", "cluster", "chain", "store")}
+    minimal["checkpoint"] = {"interval": 20}
+    record = load_record(write(tmp_path, minimal))
+    assert record.base_model is None
+    assert record.selection_rule is None
+    assert record.publish is None and record.register is None and record.archive is None
+
+
+def mutate(path: str, value: object) -> dict:
+    data = copy.deepcopy(GOOD)
+    target = data
+    keys = path.split(".")
+    for key in keys[:-1]:
+        target = target[key]
+    if value is KeyError:
+        del target[keys[-1]]
+    else:
+        target[keys[-1]] = value
+    return data
+
+
+BAD_CASES = [
+    ("missing field", mutate("store", KeyError), "field 'store' is missing", "s3://bucket/prefix"),
+    ("missing interval", mutate("checkpoint.interval", KeyError), "field 'checkpoint.interval' is missing", "expected"),
+    ("unknown key", {**GOOD, "namespace": "laion"}, "unknown key 'namespace'", "expected only"),
+    ("unknown nested key", mutate("publish.destination", "x"), "unknown key 'destination' in 'publish'", "expected only"),
+    ("bad job id", mutate("chain", ["/benjaminfeuer/rl-qwen3-swe-v3", "rl-qwen3-swe-v3-r1"]), "field 'chain[1]'", "Iris job ids"),
+    ("job id outside the user", mutate("chain", ["/someoneelse/rl-qwen3-swe-v3"]), "field 'chain[0]'", "starting with /benjaminfeuer/"),
+    ("relative store URL", mutate("store", "iris/rl-qwen3-swe-v3"), "field 'store'", "absolute store URL"),
+    ("unknown rule kind", mutate("checkpoint.rule", {"kind": "best"}), "field 'checkpoint.rule.kind'", "ema_max, latest, step"),
+    ("iris without cluster", mutate("cluster", KeyError), "field 'cluster' is missing", "Iris cluster name"),
+    ("ema without metric", mutate("checkpoint.rule", {"kind": "ema_max", "alpha": 0.3}), "checkpoint.rule.metric", "ema_max"),
+    ("step without step", mutate("checkpoint.rule", {"kind": "step"}), "checkpoint.rule.step", "step number"),
+    ("shell metacharacters in job", mutate("job", "rl;rm -rf /"), "field 'job'", "file stem"),
+    ("dotdot layout", mutate("layout", {"traces": "../other"}), "field 'layout.traces'", "matching"),
+    ("authorized without url", mutate("register", {"authorized": True}), "field 'register.url' is missing", "registry URL"),
+    ("interval zero", mutate("checkpoint.interval", 0), "field 'checkpoint.interval'", "minimum"),
+    ("scheduler unknown", mutate("scheduler", "slurm"), "field 'scheduler'", "iris, none"),
+]
+
+
+@pytest.mark.parametrize("label,data,field_text,expected_text", BAD_CASES, ids=[c[0] for c in BAD_CASES])
+def test_bad_record_names_file_field_and_expectation(tmp_path: Path, label: str, data: dict, field_text: str,
+                                                     expected_text: str) -> None:
+    path = write(tmp_path, data)
+    with pytest.raises(RecordError) as caught:
+        load_record(path)
+    message = str(caught.value)
+    assert str(path) in message
+    assert field_text in message
+    assert expected_text in message
+
+
+def test_job_name_must_match_file_stem(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD, name="other-name")
+    with pytest.raises(RecordError, match=r"other-name.yaml: field 'job' is 'rl-qwen3-swe-v3' but the file is named other-name.yaml"):
+        load_record(path)
+
+
+def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "job: x\nchain: [unclosed\n")
+    with pytest.raises(RecordError, match=r"not valid YAML at line \d+"):
+        load_record(path)
+
+
+def test_missing_record_file(tmp_path: Path) -> None:
+    with pytest.raises(RecordError, match="no such job record"):
+        load_record(tmp_path / "records" / "nope.yaml")
+
+
+def test_non_mapping_record(tmp_path: Path) -> None:
+    with pytest.raises(RecordError, match="expected a YAML mapping"):
+        load_record(write(tmp_path, "- a\n- b\n"))
