@@ -1,0 +1,622 @@
+"""Publication to a Hugging Face Hub: the model (additive), the trace dataset (one replacing
+commit), and the checks that a fresh download of each is what was staged.
+
+The endpoint and token come from HF_ENDPOINT and HF_TOKEN (CONTRACT.md section 2) unless passed
+explicitly. The token never appears in a message, an exception or returned evidence; without
+HF_TOKEN no token is sent at all (a token saved for huggingface.co is never offered to another
+endpoint).
+
+Xet is switched off for every call (`huggingface_hub.constants.HF_HUB_DISABLE_XET = True`, and
+HF_HUB_DISABLE_XET=1 for child processes): uploads then take the plain LFS protocol, which both the
+Hub and the local test server (rlkeep.devserver.hub) accept, and `upload_folder` makes one commit.
+
+Staging trees are published as they are except hidden paths (any component starting with '.'):
+Snakemake's `.snakemake_timestamp`, `.cache/` folders and half-written temp files stay local.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx2
+from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
+from huggingface_hub import constants as hf_constants
+from huggingface_hub.errors import HfHubHTTPError
+from huggingface_hub.hf_api import RepoFile
+
+from rlkeep.errors import RlkeepError
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+PUBLIC_HUB = "https://huggingface.co"
+ALLOWED_REMOTE_EXTRAS = frozenset({".gitattributes"})  # the Hub creates it with every repo
+CLIENT_BOOKKEEPING = ".cache/huggingface"  # written by snapshot_download(local_dir=...)
+UPLOAD_IGNORE_PATTERNS = [".*", "*/.*"]  # fnmatch '*' spans '/': any hidden path component
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
+BPE_TOKENIZER_PAIR = ("vocab.json", "merges.txt")
+TRACES_HEADING = "## Training Traces"
+MANIFEST_NAME = "trace_export_manifest.json"
+TRAIN_SHARD_RE = re.compile(r"^data/train-[^/]*\.parquet$")
+DATA_SHARD_RE = re.compile(r"^data/[^/]+\.parquet$")
+REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+HUB_FAILURES = (OSError, ValueError, RuntimeError, httpx2.HTTPError)
+
+
+def disable_xet() -> None:
+    """Route uploads through LFS: the constant is read per call, the variable by child processes."""
+    hf_constants.HF_HUB_DISABLE_XET = True
+    os.environ["HF_HUB_DISABLE_XET"] = "1"
+
+
+disable_xet()
+
+
+# ---------------------------------------------------------------------------------------------
+# Where to publish
+
+
+@dataclass(frozen=True)
+class HubTarget:
+    endpoint: str
+    token: str | None = field(default=None, repr=False)
+
+    def api(self) -> HfApi:
+        disable_xet()
+        # token=False: never fall back to a token file saved for another Hub.
+        return HfApi(endpoint=self.endpoint, token=self.token if self.token else False)
+
+    def scrub(self, text: str) -> str:
+        """Defence in depth: no message built here should contain the token, but make sure."""
+        if self.token and len(self.token) >= 8:  # shorter strings are not secrets, just noise to mask
+            return text.replace(self.token, "<HF_TOKEN>")
+        return text
+
+
+def resolve_target(endpoint: str | None = None, token: str | None = None) -> HubTarget:
+    endpoint = endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
+    token = token if token is not None else os.environ.get("HF_TOKEN") or None
+    return HubTarget(endpoint.rstrip("/"), token)
+
+
+def check_repo_id(repo_id: str) -> None:
+    if not REPO_ID_RE.fullmatch(repo_id or ""):
+        raise RlkeepError(f"invalid Hub repo id {repo_id!r}: expected <namespace>/<name>")
+
+
+# ---------------------------------------------------------------------------------------------
+# Local trees
+
+
+@dataclass(frozen=True)
+class FileDigest:
+    size: int
+    sha256: str
+
+
+def is_published_path(relpath: str) -> bool:
+    """False for hidden paths (a component starting with '.'): never uploaded from staging."""
+    return not any(part.startswith(".") for part in relpath.split("/"))
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def git_blob_sha1_file(path: Path) -> str:
+    digest = hashlib.sha1(b"blob " + str(path.stat().st_size).encode() + b"\0")
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def staged_files(stage_dir: Path) -> dict[str, Path]:
+    """The files a publication of `stage_dir` uploads: relative posix path -> local path."""
+    return {
+        path.relative_to(stage_dir).as_posix(): path
+        for path in sorted(stage_dir.rglob("*"))
+        if path.is_file() and is_published_path(path.relative_to(stage_dir).as_posix())
+    }
+
+
+def downloaded_files(download_dir: Path) -> dict[str, Path]:
+    """Every file of a downloaded repo, hidden ones included, minus the client's bookkeeping."""
+    return {
+        rel: path
+        for path in sorted(download_dir.rglob("*"))
+        if path.is_file()
+        and not (rel := path.relative_to(download_dir).as_posix()).startswith(CLIENT_BOOKKEEPING + "/")
+    }
+
+
+def digest_files(files: dict[str, Path]) -> dict[str, FileDigest]:
+    return {rel: FileDigest(path.stat().st_size, sha256_file(path)) for rel, path in files.items()}
+
+
+def tree_differences(stage: dict[str, FileDigest], remote: dict[str, FileDigest],
+                     allowed_extras: frozenset[str] = ALLOWED_REMOTE_EXTRAS) -> list[str]:
+    """Problems between a staged tree and a downloaded one, one line per file."""
+    problems = [f"{rel}: in staging but missing from the Hub" for rel in sorted(stage.keys() - remote.keys())]
+    problems += [f"{rel}: on the Hub but not in staging"
+                 for rel in sorted(remote.keys() - stage.keys() - allowed_extras)]
+    for rel in sorted(stage.keys() & remote.keys()):
+        local, hub = stage[rel], remote[rel]
+        if local.size != hub.size:
+            problems.append(f"{rel}: size differs (staging {local.size} bytes, Hub {hub.size} bytes)")
+        elif local.sha256 != hub.sha256:
+            problems.append(f"{rel}: content differs (sha256 staging {local.sha256}, Hub {hub.sha256})")
+    return problems
+
+
+def compare_trees(stage_dir: Path, download_dir: Path) -> list[str]:
+    """Missing, extra (beyond ALLOWED_REMOTE_EXTRAS), size- or sha256-mismatched files."""
+    return tree_differences(digest_files(staged_files(Path(stage_dir))),
+                            digest_files(downloaded_files(Path(download_dir))))
+
+
+def remote_extras(stage_dir: Path, download_dir: Path) -> list[str]:
+    """Allowed files the Hub holds beyond staging (e.g. `.gitattributes`)."""
+    extra = downloaded_files(Path(download_dir)).keys() - staged_files(Path(stage_dir)).keys()
+    return sorted(extra & ALLOWED_REMOTE_EXTRAS)
+
+
+# ---------------------------------------------------------------------------------------------
+# Publication checks (CONTRACT.md section 7)
+
+
+def markdown_section(text: str, heading: str) -> str | None:
+    """Body of the first `heading` line outside code fences, up to the next heading of level <= 2."""
+    level = len(heading) - len(heading.lstrip("#"))
+    lines, body, inside, fenced = text.splitlines(), [], False, False
+    for line in lines:
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        if not fenced and inside and re.match(rf"^#{{1,{level}}}\s", line):
+            break
+        if inside:
+            body.append(line)
+        elif not fenced and line.rstrip().rstrip("#").rstrip() == heading:
+            inside = True
+    return "\n".join(body) if inside else None
+
+
+def dataset_links(text: str, endpoint: str | None) -> list[str]:
+    """`<namespace>/<name>` of every Hub dataset URL in text (huggingface.co or `endpoint`)."""
+    bases = {PUBLIC_HUB}
+    if endpoint:
+        bases.add(endpoint.rstrip("/"))
+    found = []
+    for base in sorted(bases):
+        pattern = re.escape(base) + r"/datasets/([A-Za-z0-9][A-Za-z0-9._-]*)/([A-Za-z0-9][A-Za-z0-9._-]*)"
+        for match in re.finditer(pattern, text):
+            found.append(f"{match.group(1)}/{match.group(2).rstrip('.')}")
+    return found
+
+
+def check_publication(model_dir: Path, *, endpoint: str | None = None,
+                      expected_dataset: str | None = None) -> list[str]:
+    """Problems that keep `model_dir` (a downloaded model repo) from being a complete publication.
+
+    endpoint: a Hub whose /datasets/ URLs also count as dataset links (default $HF_ENDPOINT).
+    expected_dataset: when given, the Training Traces link must name this dataset.
+    """
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        return [f"{model_dir}: not a directory"]
+    endpoint = endpoint if endpoint is not None else os.environ.get("HF_ENDPOINT")
+    problems = _weight_problems(model_dir)
+    problems += _config_problems(model_dir)
+    if not any((model_dir / name).is_file() for name in TOKENIZER_FILES) and not all(
+            (model_dir / name).is_file() for name in BPE_TOKENIZER_PAIR):
+        problems.append(f"{model_dir}: no tokenizer file (expected one of {', '.join(TOKENIZER_FILES)}, "
+                        f"or {' with '.join(BPE_TOKENIZER_PAIR)})")
+    logs = model_dir / "training_logs"
+    if not logs.is_dir():
+        problems.append("training_logs/: missing (trainer logs and metrics must be published with the model)")
+    elif not any(path.is_file() and path.stat().st_size > 0 for path in logs.rglob("*")):
+        problems.append("training_logs/: empty (no non-empty file)")
+    problems += _card_problems(model_dir, endpoint, expected_dataset)
+    return problems
+
+
+def _weight_problems(model_dir: Path) -> list[str]:
+    weights = sorted(path for path in model_dir.glob("*.safetensors") if path.is_file())
+    if not weights:
+        return [f"{model_dir}: no top-level *.safetensors weights file"]
+    problems = [f"{path.name}: empty weights file" for path in weights if path.stat().st_size == 0]
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            return problems + [f"{index.name}: unreadable weight_map ({type(error).__name__})"]
+        problems += [f"{index.name}: references missing shard {shard}" for shard in sorted(shards)
+                     if not (model_dir / shard).is_file()]
+    return problems
+
+
+def _config_problems(model_dir: Path) -> list[str]:
+    config = model_dir / "config.json"
+    if not config.is_file():
+        return ["config.json: missing (model configuration)"]
+    try:
+        if not isinstance(json.loads(config.read_text(encoding="utf-8")), dict):
+            return ["config.json: not a JSON object"]
+    except ValueError as error:
+        return [f"config.json: not valid JSON ({error})"]
+    return []
+
+
+def _card_problems(model_dir: Path, endpoint: str | None, expected_dataset: str | None) -> list[str]:
+    card = model_dir / "README.md"
+    if not card.is_file():
+        return ["README.md: missing (model card with a '## Training Traces' section)"]
+    section = markdown_section(card.read_text(encoding="utf-8", errors="replace"), TRACES_HEADING)
+    if section is None:
+        return [f"README.md: no '{TRACES_HEADING}' section"]
+    links = dataset_links(section, endpoint)
+    if not links:
+        return [f"README.md: the '{TRACES_HEADING}' section links no Hugging Face dataset "
+                f"(expected {PUBLIC_HUB}/datasets/<namespace>/<name>)"]
+    if expected_dataset and expected_dataset not in links:
+        return [f"README.md: the '{TRACES_HEADING}' section links {', '.join(links)}, "
+                f"not the trace dataset {expected_dataset}"]
+    return []
+
+
+def check_publication_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="rlkeep check-publication",
+                                     description="Check that a downloaded model repo is a complete publication.")
+    parser.add_argument("dir", type=Path, help="the downloaded model repo")
+    parser.add_argument("--endpoint", default=None, help="Hub whose /datasets/ links count (default $HF_ENDPOINT)")
+    parser.add_argument("--dataset", default=None, help="the trace dataset the card must link (namespace/name)")
+    args = parser.parse_args(argv)
+    problems = check_publication(args.dir, endpoint=args.endpoint, expected_dataset=args.dataset)
+    for problem in problems:
+        print(f"problem: {problem}")
+    if problems:
+        print(f"{args.dir}: {len(problems)} problem(s); not a complete model publication")
+        return 1
+    print(f"{args.dir}: complete model publication (weights, config, tokenizer, training_logs/, Training Traces link)")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Hub calls and their failures
+
+
+def _innermost_http_error(error: BaseException) -> HfHubHTTPError | None:
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, HfHubHTTPError) and getattr(current, "response", None) is not None:
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def hub_call_of(method: str, path: str) -> str:
+    """The protocol step a request belongs to, named for an operator."""
+    steps = [("/preupload/", "preupload"), ("/info/lfs/objects/batch", "LFS batch"), ("/verify", "LFS verify"),
+             ("/complete", "LFS multipart completion"), ("/commit/", "commit"), ("/validate-yaml", "README validation"),
+             ("/resolve/", "file download"), ("/tree/", "tree listing"), ("/paths-info/", "paths info"),
+             ("/repos/create", "repo creation"), ("/xet-", "Xet token (Xet must be disabled)")]
+    for marker, name in steps:
+        if marker in path:
+            return name
+    if method == "PUT":
+        return "LFS upload"
+    if path.startswith("/api/"):
+        return "repo info"
+    return "request"
+
+
+def describe_hub_error(error: BaseException) -> str:
+    """One line about what failed, without query strings (LFS upload URLs carry signatures)."""
+    http_error = _innermost_http_error(error)
+    if http_error is None:
+        return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}".rstrip(": ")
+    response = http_error.response
+    request = response.request
+    path = request.url.path
+    server = response.headers.get("X-Error-Message") or http_error.server_message or ""
+    detail = f"HTTP {response.status_code} on {request.method} {path} ({hub_call_of(request.method, path)})"
+    return f"{detail}: {server.strip()}" if server.strip() else detail
+
+
+@contextmanager
+def hub_step(target: HubTarget, repo_type: str, repo_id: str, step: str, note: str = "") -> Iterator[None]:
+    """Turn a Hub or network failure into an RlkeepError naming the repo and the step."""
+    try:
+        yield
+    except RlkeepError:
+        raise
+    except HUB_FAILURES as error:
+        message = f"Hub {step} failed for {repo_type} repo {repo_id} at {target.endpoint}: {describe_hub_error(error)}"
+        if note:
+            message += f". {note}"
+        raise RlkeepError(target.scrub(message)) from None
+
+
+def _status(error: BaseException) -> int | None:
+    http_error = _innermost_http_error(error)
+    return http_error.response.status_code if http_error is not None else None
+
+
+def ensure_repo(api: HfApi, target: HubTarget, repo_id: str, repo_type: str, private: bool) -> bool:
+    """Create the repo when absent (True) or reuse it (False); refuse a public repo for a private publication."""
+    created = True
+    with hub_step(target, repo_type, repo_id, "repo creation"):
+        try:
+            api.create_repo(repo_id, repo_type=repo_type, private=private, exist_ok=False)
+        except HfHubHTTPError as error:
+            if _status(error) != 409:  # 409: it exists already, which is fine
+                raise
+            created = False
+    with hub_step(target, repo_type, repo_id, "repo info"):
+        info = api.repo_info(repo_id, repo_type=repo_type)
+    if private and not info.private:
+        raise RlkeepError(f"{repo_type} repo {repo_id} at {target.endpoint} exists and is public, but the record "
+                          f"asks for a private publication; nothing was uploaded (make the repo private or change "
+                          f"publish.private)")
+    return created
+
+
+def head_of(api: HfApi, target: HubTarget, repo_id: str, repo_type: str) -> str:
+    with hub_step(target, repo_type, repo_id, "repo info"):
+        sha = api.repo_info(repo_id, repo_type=repo_type, revision="main").sha
+    if not sha:
+        raise RlkeepError(f"{repo_type} repo {repo_id} at {target.endpoint}: repo info has no commit sha")
+    return sha
+
+
+def _require_dir(path: Path, what: str) -> None:
+    if not path.is_dir():
+        raise RlkeepError(f"{path}: {what} is not a directory")
+
+
+# ---------------------------------------------------------------------------------------------
+# Model
+
+
+def publish_model(stage_dir: Path, repo_id: str, *, private: bool, endpoint: str | None = None,
+                  token: str | None = None, commit_message: str) -> dict[str, Any]:
+    """Upload the staged model tree additively (remote files absent from staging stay).
+
+    Returns {"repo_id", "repo_type", "commit", "created", "no_op", "files"}; no_op means the Hub
+    already held every staged file and no commit was made.
+    """
+    stage_dir = Path(stage_dir)
+    _require_dir(stage_dir, "model staging")
+    check_repo_id(repo_id)
+    files = staged_files(stage_dir)
+    if not files:
+        raise RlkeepError(f"{stage_dir}: model staging holds no file to publish")
+    target = resolve_target(endpoint, token)
+    api = target.api()
+    created = ensure_repo(api, target, repo_id, "model", private)
+    head = head_of(api, target, repo_id, "model")
+    note = f"Staging {stage_dir} is untouched; rerunning resumes (uploaded objects are reused)"
+    with hub_step(target, "model", repo_id, "upload", note):
+        info = api.upload_folder(repo_id=repo_id, repo_type="model", folder_path=stage_dir,
+                                 commit_message=commit_message, ignore_patterns=list(UPLOAD_IGNORE_PATTERNS),
+                                 parent_commit=head)
+    return {"repo_id": repo_id, "repo_type": "model", "commit": info.oid, "created": created,
+            "no_op": info.oid == head, "files": sorted(files)}
+
+
+def download_fresh(repo_id: str, dest: Path, *, repo_type: str, revision: str, endpoint: str | None = None,
+                   token: str | None = None) -> Path:
+    """Download the repo at `revision` into `dest`, a new or empty directory; nothing is left on failure."""
+    dest = Path(dest)
+    check_repo_id(repo_id)
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise RlkeepError(f"{dest}: a fresh download needs a new empty directory")
+    target = resolve_target(endpoint, token)
+    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        with hub_step(target, repo_type, repo_id, f"download of {revision}"):
+            target.api().snapshot_download(repo_id=repo_id, repo_type=repo_type, revision=revision, local_dir=dest)
+    except BaseException:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise
+    shutil.rmtree(dest / CLIENT_BOOKKEEPING, ignore_errors=True)
+    if (dest / ".cache").is_dir() and not any((dest / ".cache").iterdir()):
+        (dest / ".cache").rmdir()
+    return dest
+
+
+def _history_problems(api: HfApi, target: HubTarget, repo_id: str, repo_type: str, commit: str,
+                      head: str) -> list[str]:
+    if head == commit:
+        return []
+    with hub_step(target, repo_type, repo_id, "commit history"):
+        history = [entry.commit_id for entry in api.list_repo_commits(repo_id, repo_type=repo_type, revision=head)]
+    if commit not in history:
+        return [f"published commit {commit} is not in the history of main (now {head})"]
+    return []
+
+
+def _finding_text(finding: Any) -> str:
+    """Where a redaction finding is, never what it is."""
+    return f"{getattr(finding, 'path', '?')}:{getattr(finding, 'line', '?')} ({getattr(finding, 'shape', '?')})"
+
+
+def verify_model_publication(stage_dir: Path, repo_id: str, commit: str, work_dir: Path, *, redactor: Any,
+                             endpoint: str | None = None, token: str | None = None,
+                             traces_repo: str | None = None) -> dict[str, Any]:
+    """Fresh download of main into a new dir under `work_dir`, then: redaction check, publication
+    checks, and the downloaded tree equals staging. Returns the evidence; raises RlkeepError
+    listing every problem. Main having moved past `commit` is fine as long as its content still
+    equals staging (a remote edit shows up as a content difference).
+    """
+    from rlkeep.redaction import redact_tree  # rlkeep.redaction imports nothing from here
+
+    stage_dir, work_dir = Path(stage_dir), Path(work_dir)
+    _require_dir(stage_dir, "model staging")
+    check_repo_id(repo_id)
+    target = resolve_target(endpoint, token)
+    api = target.api()
+    head = head_of(api, target, repo_id, "model")
+    problems = _history_problems(api, target, repo_id, "model", commit, head)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    download_dir = Path(tempfile.mkdtemp(prefix=f"model-{head[:12]}-", dir=work_dir))
+    download_fresh(repo_id, download_dir, repo_type="model", revision=head, endpoint=target.endpoint,
+                   token=target.token)
+    findings = list(redact_tree(download_dir, redactor, check=True).findings)
+    if findings:
+        shown = ", ".join(_finding_text(finding) for finding in findings[:20])
+        problems.append(f"redaction check: {len(findings)} credential-shaped finding(s) in the download: {shown}")
+    problems += check_publication(download_dir, endpoint=target.endpoint, expected_dataset=traces_repo)
+    remote = digest_files(downloaded_files(download_dir))
+    problems += tree_differences(digest_files(staged_files(stage_dir)), remote)
+    if problems:
+        raise RlkeepError(target.scrub(
+            f"model repo {repo_id} at {target.endpoint} failed verification (main at {head}, published {commit}; "
+            f"download in {download_dir}):\n" + "\n".join(f"  - {problem}" for problem in problems)))
+    return {
+        "status": "completed", "repo_id": repo_id, "repo_type": "model", "commit": commit, "verified_commit": head,
+        "url": f"{target.endpoint}/{repo_id}", "download_dir": str(download_dir),
+        "files": [{"path": rel, "size": d.size, "sha256": d.sha256} for rel, d in sorted(remote.items())],
+        "remote_extras": sorted(remote.keys() & ALLOWED_REMOTE_EXTRAS), "redaction_findings": 0,
+        "publication_problems": 0,
+        "checks": ["fresh download", "redaction check", "check-publication", "download equals staging"],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Trace dataset
+
+
+def _staged_traces(stage_dir: Path) -> tuple[dict[str, Path], list[str]]:
+    """(staged files, shard paths) after checking the staging holds exactly a trace export."""
+    _require_dir(stage_dir, "trace staging")
+    files = staged_files(stage_dir)
+    if MANIFEST_NAME not in files:
+        raise RlkeepError(f"{stage_dir / MANIFEST_NAME}: missing; the trace staging has no export manifest")
+    shards = sorted(rel for rel in files if DATA_SHARD_RE.fullmatch(rel))
+    if not any(TRAIN_SHARD_RE.fullmatch(rel) for rel in shards):
+        raise RlkeepError(f"{stage_dir}: no data/train-*.parquet shard to publish")
+    unexpected = sorted(files.keys() - set(shards) - {MANIFEST_NAME})
+    if unexpected:
+        raise RlkeepError(f"{stage_dir}: trace staging holds files that are not part of a trace export: "
+                          f"{', '.join(unexpected)}")
+    return files, shards
+
+
+def replace_trace_shards(stage_dir: Path, repo_id: str, *, private: bool, endpoint: str | None = None,
+                         token: str | None = None, commit_message: str) -> dict[str, Any]:
+    """One commit: add the staged data/*.parquet and manifest, delete remote data/train-*.parquet
+    shards absent from staging, nothing else. Identical content makes no commit (no_op).
+    """
+    stage_dir = Path(stage_dir)
+    files, shards = _staged_traces(stage_dir)
+    check_repo_id(repo_id)
+    target = resolve_target(endpoint, token)
+    api = target.api()
+    created = ensure_repo(api, target, repo_id, "dataset", private)
+    head = head_of(api, target, repo_id, "dataset")
+    with hub_step(target, "dataset", repo_id, "file listing"):
+        remote = api.list_repo_files(repo_id, repo_type="dataset", revision=head)
+    stale = sorted(path for path in remote if TRAIN_SHARD_RE.fullmatch(path) and path not in files)
+    uploads = shards + [MANIFEST_NAME]
+    operations: list[CommitOperationAdd | CommitOperationDelete] = [
+        CommitOperationAdd(path_in_repo=rel, path_or_fileobj=str(files[rel])) for rel in uploads]
+    operations += [CommitOperationDelete(path_in_repo=path, is_folder=False) for path in stale]
+    note = f"Staging {stage_dir} is untouched and the remote shard set unchanged; rerunning completes it"
+    with hub_step(target, "dataset", repo_id, "commit", note):
+        info = api.create_commit(repo_id, operations, commit_message=commit_message, repo_type="dataset",
+                                 parent_commit=head)
+    return {"repo_id": repo_id, "repo_type": "dataset", "commit": info.oid, "created": created,
+            "no_op": info.oid == head, "uploaded": uploads, "deleted": stale}
+
+
+def verify_trace_publication(stage_dir: Path, repo_id: str, commit: str, *, endpoint: str | None = None,
+                             token: str | None = None) -> dict[str, Any]:
+    """Main's data/train-*.parquet set equals staging's exactly, every staged shard matches in size
+    and hash, and the remote manifest read back equals the staged one. Returns the evidence.
+    """
+    stage_dir = Path(stage_dir)
+    files, shards = _staged_traces(stage_dir)
+    check_repo_id(repo_id)
+    target = resolve_target(endpoint, token)
+    api = target.api()
+    head = head_of(api, target, repo_id, "dataset")
+    problems = _history_problems(api, target, repo_id, "dataset", commit, head)
+    with hub_step(target, "dataset", repo_id, "tree listing"):
+        remote = {entry.path: entry for entry in api.list_repo_tree(repo_id, repo_type="dataset", revision=head,
+                                                                     recursive=True) if isinstance(entry, RepoFile)}
+    remote_train = {path for path in remote if TRAIN_SHARD_RE.fullmatch(path)}
+    staged_train = {path for path in shards if TRAIN_SHARD_RE.fullmatch(path)}
+    problems += [f"{path}: staged shard missing from the Hub" for path in sorted(staged_train - remote_train)]
+    problems += [f"{path}: stale shard on the Hub (not in staging)" for path in sorted(remote_train - staged_train)]
+    evidence_shards = []
+    for rel in shards:
+        local = FileDigest(files[rel].stat().st_size, sha256_file(files[rel]))
+        evidence_shards.append({"path": rel, "size": local.size, "sha256": local.sha256})
+        problems += _remote_file_problems(rel, files[rel], local, remote.get(rel))
+    problems += _manifest_problems(api, target, repo_id, head, files[MANIFEST_NAME])
+    if problems:
+        raise RlkeepError(target.scrub(
+            f"dataset repo {repo_id} at {target.endpoint} failed verification (main at {head}, published "
+            f"{commit}):\n" + "\n".join(f"  - {problem}" for problem in problems)))
+    return {
+        "status": "completed", "repo_id": repo_id, "repo_type": "dataset", "commit": commit,
+        "verified_commit": head, "url": f"{target.endpoint}/datasets/{repo_id}", "shards": evidence_shards,
+        "manifest": {"path": MANIFEST_NAME, "sha256": sha256_file(files[MANIFEST_NAME])},
+    }
+
+
+def _remote_file_problems(rel: str, path: Path, local: FileDigest, entry: RepoFile | None) -> list[str]:
+    if entry is None:
+        return [] if TRAIN_SHARD_RE.fullmatch(rel) else [f"{rel}: staged file missing from the Hub"]
+    if entry.size != local.size:
+        return [f"{rel}: size differs (staging {local.size} bytes, Hub {entry.size} bytes)"]
+    if entry.lfs is not None:
+        if entry.lfs.sha256 != local.sha256:
+            return [f"{rel}: sha256 differs (staging {local.sha256}, Hub LFS oid {entry.lfs.sha256})"]
+    elif entry.blob_id != git_blob_sha1_file(path):
+        return [f"{rel}: content differs (git blob id on the Hub {entry.blob_id})"]
+    return []
+
+
+def _manifest_problems(api: HfApi, target: HubTarget, repo_id: str, head: str, staged: Path) -> list[str]:
+    with tempfile.TemporaryDirectory(prefix="rlkeep-manifest-") as scratch:
+        try:
+            with hub_step(target, "dataset", repo_id, f"download of {MANIFEST_NAME}"):
+                local = api.hf_hub_download(repo_id, MANIFEST_NAME, repo_type="dataset", revision=head,
+                                            local_dir=scratch)
+        except RlkeepError as error:
+            return [f"{MANIFEST_NAME}: cannot be read back from the Hub ({error})"]
+        remote_bytes = Path(local).read_bytes()
+    staged_bytes = staged.read_bytes()
+    if remote_bytes == staged_bytes:
+        return []
+    try:
+        if json.loads(remote_bytes) == json.loads(staged_bytes):
+            return []
+    except ValueError:
+        pass
+    return [f"{MANIFEST_NAME}: the Hub copy differs from the staged one "
+            f"(sha256 Hub {hashlib.sha256(remote_bytes).hexdigest()}, staging {hashlib.sha256(staged_bytes).hexdigest()})"]
+
+
+__all__ = [
+    "ALLOWED_REMOTE_EXTRAS", "HubTarget", "check_publication", "check_publication_main", "compare_trees",
+    "download_fresh", "publish_model", "remote_extras", "replace_trace_shards", "resolve_target",
+    "verify_model_publication", "verify_trace_publication",
+]
