@@ -391,7 +391,8 @@ _ESCAPE_SEQUENCE = re.compile(
     r"|\x1b[ -/]+[0-~]"                 # nF escapes, e.g. charset selection ESC(B
     r"|\x1b[0-~]"                       # other two-character escapes
 )
-_PASTE_MARKER = re.compile(r"(?:\^\[)?\[20[01]~")  # markers whose ESC was stripped or shown as ^[
+# Bracketed-paste markers whose ESC was already stripped or is shown as ^[ (longest first).
+_PASTE_MARKERS = ("^[[200~", "^[[201~", "[200~", "[201~")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
@@ -411,24 +412,37 @@ def _needs_cleaning(text: str) -> bool:
     return len(data.translate(None, _CONTROL_BYTES)) != len(data) or b"[20" in data
 
 
+def _has_lone_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def clean_text(text: str, repairs: Counter[str] | None = None) -> str:
     """Replace lone surrogates with U+FFFD and remove terminal noise; counts go to `repairs`."""
     if not _needs_cleaning(text):
         return text
     cleaned = text
-    if _SURROGATE.search(cleaned):
+    if _has_lone_surrogate(cleaned):
         cleaned = _SURROGATE.sub("\ufffd", cleaned)
         if repairs is not None:
             repairs["lone_surrogate"] += 1
     before = cleaned
-    cleaned = _ESCAPE_SEQUENCE.sub("", cleaned)
-    cleaned = _PASTE_MARKER.sub("", cleaned)
+    # Each pass only when its marker is present: plain `in` scans are far cheaper than regexes.
+    if "\x1b" in cleaned:
+        cleaned = _ESCAPE_SEQUENCE.sub("", cleaned)
+    if "[20" in cleaned:
+        for marker in _PASTE_MARKERS:
+            cleaned = cleaned.replace(marker, "")
     if "\r" in cleaned:
         cleaned = cleaned.replace("\r\n", "\n")
         if "\r" in cleaned:
             cleaned = "\n".join(_overwrite_line(line) if "\r" in line else line
                                 for line in cleaned.split("\n"))
-    cleaned = _CONTROL.sub("", cleaned)
+    if _needs_cleaning(cleaned):
+        cleaned = _CONTROL.sub("", cleaned)
     if repairs is not None and cleaned != before:
         repairs["terminal_noise"] += 1
     return cleaned
