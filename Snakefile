@@ -5,6 +5,7 @@
 # The working directory is the data root: records/<job>.yaml in, <job>/... out.
 # Every artifact is a file target (CONTRACT.md section 4); where each one is made:
 #   <job>/chain.json, <job>/retries.json ............... rules/capture.smk
+#   <job>/sync/{logs,trace_jobs}.tar + .manifest.json .. rules/sync.smk
 #   <job>/DONE, <job>/REPORT.md, <job>/STATUS.json ....... rules/report.smk
 # Each rule runs one function of the `rlkeep` package (scripts/rlkeep/), named in its
 # `params: run=` and logged to <job>/logs/<rule>.log.
@@ -22,6 +23,7 @@ configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
 include: "rules/common.smk"
 include: "rules/capture.smk"
+include: "rules/sync.smk"
 include: "rules/report.smk"
 
 

@@ -51,6 +51,16 @@ def get_record_file(wildcards):
     return str(record_path(RECORDS_DIR, wildcards.job))
 
 
+##### settings handed to steps (params, so a change reruns what it affects) #####
+
+
+def get_sync_settings(kind):
+    sync = config["sync"]
+    settings = {key: sync[key] for key in ("workers", "max_inflight_mb", "skip_policy")}
+    settings.update(sync.get(kind, {}))
+    return settings
+
+
 ##### status on success or failure #####
 
 

@@ -37,7 +37,7 @@ def test_fetch_in_order_checks_sizes_and_hashes(bucket: str) -> None:
     fetched = list(fetch_in_order(store, infos, workers=8, max_inflight_bytes=4096))
     assert [f.info.key for f in fetched] == [i.key for i in infos]
     for item in fetched:
-        assert item.data == contents[item.info.key]
+        assert item.read() == contents[item.info.key]
         assert item.sha256 == hashlib.sha256(contents[item.info.key]).hexdigest()
 
 
@@ -47,7 +47,7 @@ def test_object_vanishing_after_listing_is_reported_not_raised(bucket: str) -> N
     infos = list(store.list())
     store.delete([infos[2].key])
     fetched = list(fetch_in_order(store, infos))
-    assert [f.data is None for f in fetched] == [False, False, True, False, False]
+    assert [f.body is None for f in fetched] == [False, False, True, False, False]
 
 
 def test_changed_object_is_an_error(bucket: str) -> None:
@@ -68,7 +68,7 @@ def test_transient_faults_are_retried_to_identical_bytes(bucket: str, s3_server,
         proxy.fail_next(kind, 3, method="GET", path_contains="/trial-0000")
         proxy.fail_next(kind, 1, method="GET", query_contains="list-type=2")
         infos = list(store.list("trace_jobs"))
-        fetched = {f.info.key: f.data for f in fetch_in_order(store, infos, workers=4)}
+        fetched = {f.info.key: f.read() for f in fetch_in_order(store, infos, workers=4)}
         assert proxy.faults_injected() == 4
     assert fetched == contents
 

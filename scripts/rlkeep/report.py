@@ -30,6 +30,8 @@ class Step:
 STEPS: tuple[Step, ...] = (
     Step("capture_chain", "chain.json", "make the Iris chain readable (iris on PATH, cluster reachable) and rerun"),
     Step("stop_retries", "retries.json", "stop the run's pending retries, then rerun"),
+    Step("sync_logs", "sync/logs.manifest.json", "make every attempt's trainer log readable, then rerun"),
+    Step("sync_traces", "sync/trace_jobs.manifest.json", "fix the trace prefix or the skip policy named in the log, then rerun"),
 )
 
 

@@ -41,8 +41,16 @@ class ObjectInfo:
 @dataclass(frozen=True)
 class FetchedObject:
     info: ObjectInfo
-    data: bytes | None  # None when the object vanished after listing
+    body: IO[bytes] | None  # positioned at 0; None when the object vanished after listing
     sha256: str | None
+
+    def read(self) -> bytes:
+        assert self.body is not None
+        return self.body.read()
+
+    def close(self) -> None:
+        if self.body is not None:
+            self.body.close()
 
 
 class Store(Protocol):
@@ -382,24 +390,32 @@ def fetch_in_order(
     *,
     workers: int = 16,
     max_inflight_bytes: int = 128 << 20,
+    spill_bytes: int = 16 << 20,
 ) -> Iterator[FetchedObject]:
     """Fetch many objects concurrently and yield them in the given order.
 
-    At most `workers` requests run at once and at most `max_inflight_bytes` of fetched bodies
-    wait to be consumed (a single object larger than that is still fetched, alone), so memory
-    is bounded by the concurrency, not by the object count.
+    At most `workers` requests run at once and at most `max_inflight_bytes` (by listed size)
+    wait to be consumed; each body lives in memory up to `spill_bytes` and on disk beyond,
+    so memory is bounded by the concurrency, not by the object count or the largest object.
+    The consumer closes each FetchedObject when done with it.
     """
-    import io
+    import tempfile
 
     def fetch(info: ObjectInfo) -> FetchedObject:
-        buffer = io.BytesIO()
+        body: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=spill_bytes)  # type: ignore[assignment]
         try:
-            size, digest = store.read_into(info.key, buffer)
+            size, digest = store.read_into(info.key, body)
         except ObjectMissing:
+            body.close()
             return FetchedObject(info, None, None)
+        except BaseException:
+            body.close()
+            raise
         if size != info.size:
+            body.close()
             raise StoreError(f"{store.url}/{info.key}: listed with {info.size} bytes but read {size}; the object changed during sync")
-        return FetchedObject(info, buffer.getvalue(), digest)
+        body.seek(0)
+        return FetchedObject(info, body, digest)
 
     pending: deque[tuple[ObjectInfo, Future[FetchedObject]]] = deque()
     inflight = 0
@@ -423,4 +439,13 @@ def fetch_in_order(
                 yield result
         finally:
             for _, future in pending:
-                future.cancel()
+                if not future.cancel() and future.done() and future.exception() is None:
+                    future.result().close()
+
+
+def upload_tree(root: Path, store: Store, *, workers: int = 16) -> int:
+    """Copy every file under root to the store under the same relative keys; returns the count."""
+    files = sorted(path for path in root.rglob("*") if path.is_file() and not path.is_symlink())
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(lambda path: store.put_file(path.relative_to(root).as_posix(), path), files))
+    return len(files)

@@ -1,0 +1,37 @@
+# Sync every attempt's logs and the full durable trace tree: tar, then transfer (runbook step 1).
+# Both read the store only after this run's pending retries were stopped.
+
+
+rule sync_logs:
+    input:
+        chain="{job}/chain.json",
+        retries="{job}/retries.json",
+    output:
+        tar="{job}/sync/logs.tar",
+        manifest="{job}/sync/logs.manifest.json",
+    log:
+        "{job}/logs/sync_logs.log",
+    resources:
+        net_io=1,
+    params:
+        run="rlkeep.sync:sync_logs",
+        settings=get_sync_settings("logs"),
+    script:
+        RUN_STEP
+
+
+rule sync_traces:
+    input:
+        retries="{job}/retries.json",
+    output:
+        tar="{job}/sync/trace_jobs.tar",
+        manifest="{job}/sync/trace_jobs.manifest.json",
+    log:
+        "{job}/logs/sync_traces.log",
+    resources:
+        net_io=1,
+    params:
+        run="rlkeep.sync:sync_traces",
+        settings=get_sync_settings("traces"),
+    script:
+        RUN_STEP

@@ -1,0 +1,346 @@
+"""Sync: every attempt's logs and the full durable trace tree, tar then transfer.
+
+Objects are listed completely (every page), fetched concurrently and written straight into
+one tar in key order: no temporary tree of thousands of files, memory bounded by the fetch
+window. Each object's size and sha256 are checked against the listing while streaming. The
+tar and its manifest are written under temporary names and renamed only when complete, so
+an interrupted sync leaves no partial target. A skip is never silent: every object left out
+is in the manifest's objects_skipped with its key, size and reason.
+"""
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import io
+import logging
+import os
+import sys
+import tarfile
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from rlkeep.errors import RlkeepError
+from rlkeep.jsonio import write_json
+from rlkeep.storage import ObjectInfo, Store, fetch_in_order, open_store
+
+if TYPE_CHECKING:
+    from rlkeep.steps import StepContext
+
+log = logging.getLogger(__name__)
+
+# Never copied into the logs tar: weights, checkpoint shards, optimizer states, core dumps, caches.
+WEIGHT_PATTERNS = ("*.safetensors", "*.pt", "*.pth", "*.bin", "*.ckpt", "*.distcp", "*.npy", "*.npz", "*.gguf")
+CORE_DUMP_PATTERNS = ("core", "core.*", "*.core", "*.hprof", "*.dmp", "*.mdmp")
+CACHE_PARTS = ("__pycache__", ".venv", ".cache", "site-packages", ".mypy_cache", ".pytest_cache")
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    pattern: str  # fnmatch on the object's base name
+    min_bytes: int = 0  # only objects at least this large
+    reason: str = "excluded"
+
+    def matches(self, info: ObjectInfo) -> bool:
+        return info.size >= self.min_bytes and fnmatch.fnmatch(info.key.rsplit("/", 1)[-1], self.pattern)
+
+
+@dataclass
+class TarStats:
+    objects_synced: int = 0
+    bytes: int = 0
+    objects_skipped: list[dict[str, Any]] = field(default_factory=list)
+    objects: list[dict[str, Any]] = field(default_factory=list)
+
+
+class HashingWriter(io.RawIOBase):
+    """A write-only file that hashes what passes through (tarfile writes sequentially)."""
+
+    def __init__(self, sink: IO[bytes]) -> None:
+        self.sink = sink
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        self.sink.write(data)
+        self.digest.update(data)
+        self.size += len(data)
+        return len(data)
+
+
+class Progress:
+    """Objects and bytes done, rate and time left: a bar on a terminal, periodic log lines otherwise."""
+
+    def __init__(self, label: str, total_objects: int, total_bytes: int, every_s: float = 10.0) -> None:
+        self.label, self.total_objects, self.total_bytes, self.every_s = label, total_objects, total_bytes, every_s
+        self.objects = self.bytes = 0
+        self.started = self.last = time.monotonic()
+        self.bar = None
+        if sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc=label)
+
+    def update(self, size: int) -> None:
+        self.objects += 1
+        self.bytes += size
+        if self.bar is not None:
+            self.bar.update(size)
+            return
+        now = time.monotonic()
+        if now - self.last >= self.every_s:
+            self.last = now
+            log.info("%s", self.line())
+
+    def line(self) -> str:
+        elapsed = max(time.monotonic() - self.started, 1e-6)
+        rate = self.bytes / elapsed
+        left = (self.total_bytes - self.bytes) / rate if rate > 0 else float("inf")
+        return (f"{self.label}: {self.objects}/{self.total_objects} objects, {self.bytes / 1e6:.1f}/"
+                f"{self.total_bytes / 1e6:.1f} MB, {self.objects / elapsed:.0f} objects/s, {rate / 1e6:.1f} MB/s, "
+                f"{left:.0f}s left")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        log.info("%s (finished)", self.line())
+
+
+def tar_member(name: str, size: int) -> tarfile.TarInfo:
+    """Deterministic member metadata: the same bytes in give the same tar out."""
+    member = tarfile.TarInfo(name)
+    member.size = size
+    member.mtime = 0
+    member.mode = 0o644
+    member.uid = member.gid = 0
+    member.uname = member.gname = ""
+    return member
+
+
+def add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    tar.addfile(tar_member(name, len(data)), io.BytesIO(data))
+
+
+def stream_objects_into_tar(
+    tar: tarfile.TarFile,
+    store: Store,
+    infos: list[ObjectInfo],
+    member_name: Any,
+    *,
+    stats: TarStats,
+    workers: int,
+    max_inflight_bytes: int,
+    label: str,
+) -> None:
+    progress = Progress(label, len(infos), sum(i.size for i in infos))
+    try:
+        for fetched in fetch_in_order(store, infos, workers=workers, max_inflight_bytes=max_inflight_bytes):
+            info = fetched.info
+            if fetched.body is None:
+                stats.objects_skipped.append({"key": info.key, "size": info.size, "reason": "missing_after_listing"})
+                progress.update(0)
+                continue
+            try:
+                tar.addfile(tar_member(member_name(info), info.size), fetched.body)
+            finally:
+                fetched.close()
+            stats.objects_synced += 1
+            stats.bytes += info.size
+            stats.objects.append({"key": info.key, "size": info.size, "sha256": fetched.sha256})
+            progress.update(info.size)
+    finally:
+        progress.close()
+
+
+class TarOutput:
+    """A tar written under a temporary name, hashed while written, renamed when complete."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.tmp = path.with_name(f".{path.name}.part")
+
+    def __enter__(self) -> tuple[tarfile.TarFile, HashingWriter]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.handle = open(self.tmp, "wb")
+        self.hasher = HashingWriter(self.handle)
+        self.tar = tarfile.open(fileobj=self.hasher, mode="w|", format=tarfile.PAX_FORMAT)  # type: ignore[arg-type]
+        return self.tar, self.hasher
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        try:
+            self.tar.close()
+            self.handle.flush()
+            os.fsync(self.handle.fileno())
+        finally:
+            self.handle.close()
+        if exc_type is not None:
+            self.tmp.unlink(missing_ok=True)
+        else:
+            os.replace(self.tmp, self.path)
+
+
+def trial_counts(keys: Iterable[str]) -> dict[str, int]:
+    """Trials started (any object under `<trial>/`) and completed (has `<trial>/result.json`)."""
+    started: set[str] = set()
+    completed: set[str] = set()
+    for key in keys:
+        trial, _, rest = key.partition("/")
+        if not rest:
+            continue
+        started.add(trial)
+        if rest == "result.json":
+            completed.add(trial)
+    return {"trials_started": len(started), "trials_completed": len(completed),
+            "trials_incomplete": len(started - completed)}
+
+
+def parse_exclusions(items: Iterable[dict[str, Any]]) -> list[Exclusion]:
+    return [Exclusion(pattern=str(i["pattern"]), min_bytes=int(i.get("min_bytes", 0)),
+                      reason=str(i.get("reason", f"excluded_{i['pattern']}"))) for i in items]
+
+
+def enforce_skip_policy(skipped: list[dict[str, Any]], policy: dict[str, Any], what: str) -> None:
+    missing = [s for s in skipped if s["reason"] == "missing_after_listing"]
+    allowed_missing = int(policy.get("max_missing_after_listing", 0))
+    if len(missing) > allowed_missing:
+        first = missing[0]
+        raise RlkeepError(
+            f"{what}: {len(missing)} objects vanished between listing and fetch (allowed: {allowed_missing}), "
+            f"e.g. {first['key']} ({first['size']} bytes); the store is still changing: rerun once it is quiet, "
+            f"or raise sync.skip_policy.max_missing_after_listing"
+        )
+    limit = policy.get("max_skipped")
+    if limit is not None and len(skipped) > int(limit):
+        raise RlkeepError(f"{what}: {len(skipped)} objects skipped, more than sync.skip_policy.max_skipped = {limit}")
+
+
+# --------------------------------------------------------------------------- the trace tree
+
+
+def sync_traces(ctx: StepContext) -> None:
+    """`<job>/sync/trace_jobs.tar` + manifest: the whole trace prefix, member names relative to it."""
+    settings = ctx.settings
+    traces_url = ctx.record.store_url("traces")
+    store = open_store(traces_url)
+    listed = list(store.list())
+    exclusions = parse_exclusions(settings.get("exclude", []))
+    chosen, skipped = [], []
+    for info in listed:
+        rule = next((e for e in exclusions if e.matches(info)), None)
+        if rule is None:
+            chosen.append(info)
+        else:
+            skipped.append({"key": info.key, "size": info.size, "reason": rule.reason})
+    if not listed:
+        raise RlkeepError(f"{traces_url}: no trace objects under this prefix; check the record's store and layout.traces")
+    log.info("%s: %d objects listed, %d to sync, %d excluded", traces_url, len(listed), len(chosen), len(skipped))
+
+    stats = TarStats(objects_skipped=skipped)
+    with TarOutput(ctx.outputs["tar"]) as (tar, hasher):
+        stream_objects_into_tar(tar, store, chosen, lambda info: info.key, stats=stats,
+                                workers=int(settings.get("workers", 16)),
+                                max_inflight_bytes=int(settings.get("max_inflight_mb", 128)) << 20,
+                                label="trace sync")
+        enforce_skip_policy(stats.objects_skipped, settings.get("skip_policy", {}), traces_url)
+    manifest = {
+        "status": "completed",
+        "source": traces_url,
+        "tar": ctx.outputs["tar"].name,
+        "objects_listed": len(listed),
+        "objects_synced": stats.objects_synced,
+        "bytes": stats.bytes,
+        "sha256": hasher.digest.hexdigest(),
+        "tar_bytes": hasher.size,
+        "objects_skipped": sorted(stats.objects_skipped, key=lambda s: s["key"]),
+        **trial_counts(info.key for info in listed),
+        "trials_completed_in_tar": trial_counts(o["key"] for o in stats.objects)["trials_completed"],
+        "objects": stats.objects,
+    }
+    write_json(ctx.outputs["manifest"], manifest)
+
+
+# --------------------------------------------------------------------------- logs and durable artifacts
+
+
+def is_weight_or_dump(key: str) -> str | None:
+    """Why a store object never goes into the logs tar, or None if it is informative."""
+    name = key.rsplit("/", 1)[-1]
+    parts = key.split("/")
+    if any(part in CACHE_PARTS for part in parts):
+        return "excluded_cache"
+    if any(fnmatch.fnmatch(name, pattern) for pattern in WEIGHT_PATTERNS):
+        return "excluded_weights"
+    if any(fnmatch.fnmatch(name, pattern) for pattern in CORE_DUMP_PATTERNS):
+        return "excluded_core_dump"
+    return None
+
+
+def trainer_logs(ctx: StepContext, store: Store) -> Iterator[tuple[str, bytes, str]]:
+    """(attempt slug, full trainer stdout, where it came from) for every attempt, in chain order."""
+    record = ctx.record
+    if record.scheduler == "iris":
+        from rlkeep.scheduler import IrisCli
+
+        iris = IrisCli(record.cluster or "")
+        for job_id, slug in zip(record.chain, record.attempts):
+            yield slug, iris.logs(job_id).encode("utf-8", "surrogateescape"), f"iris job logs {job_id}"
+        return
+    for slug in record.attempts:
+        key = f"{record.layout['logs']}/{slug}.out"
+        try:
+            data = store.read_bytes(key)
+        except Exception as error:  # noqa: BLE001 - any failure here is the same missing log
+            raise RlkeepError(f"{record.store}/{key}: trainer log of attempt {slug} not readable ({error}); "
+                              "scheduler none reads logs/<attempt>.out from the store") from None
+        yield slug, data, f"{record.store}/{key}"
+
+
+def sync_logs(ctx: StepContext) -> None:
+    """`<job>/sync/logs.tar` + manifest: trainer logs per attempt + every durable non-weight artifact."""
+    settings = ctx.settings
+    record = ctx.record
+    store = open_store(record.store)
+    traces_prefix = record.layout["traces"].strip("/") + "/"
+    listed = [info for info in store.list() if not info.key.startswith(traces_prefix)]
+    chosen, skipped = [], []
+    for info in listed:
+        reason = is_weight_or_dump(info.key)
+        if reason is None:
+            chosen.append(info)
+        else:
+            skipped.append({"key": info.key, "size": info.size, "reason": reason})
+
+    stats = TarStats(objects_skipped=skipped)
+    attempts = []
+    with TarOutput(ctx.outputs["tar"]) as (tar, hasher):
+        for slug, data, source in trainer_logs(ctx, store):
+            if not data.strip():
+                raise RlkeepError(f"{source}: the trainer log of attempt {slug} is empty")
+            name = f"attempts/{slug}/trainer.log"
+            add_bytes(tar, name, data)
+            attempts.append({"attempt": slug, "member": name, "source": source, "bytes": len(data),
+                             "lines": data.count(b"\n"), "sha256": hashlib.sha256(data).hexdigest()})
+        stream_objects_into_tar(tar, store, chosen, lambda info: f"store/{info.key}", stats=stats,
+                                workers=int(settings.get("workers", 16)),
+                                max_inflight_bytes=int(settings.get("max_inflight_mb", 128)) << 20,
+                                label="log sync")
+        enforce_skip_policy(stats.objects_skipped, settings.get("skip_policy", {}), record.store)
+    manifest = {
+        "status": "completed",
+        "source": record.store,
+        "tar": ctx.outputs["tar"].name,
+        "attempts": attempts,
+        "objects_listed": len(listed),
+        "objects_synced": stats.objects_synced,
+        "bytes": stats.bytes + sum(a["bytes"] for a in attempts),
+        "sha256": hasher.digest.hexdigest(),
+        "tar_bytes": hasher.size,
+        "objects_skipped": sorted(stats.objects_skipped, key=lambda s: s["key"]),
+        "objects": stats.objects,
+    }
+    write_json(ctx.outputs["manifest"], manifest)

@@ -1,0 +1,180 @@
+"""Sync through the real pipeline step against the real S3 server: tar then transfer."""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import subprocess
+import tarfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from rlkeep.errors import RlkeepError
+from rlkeep.records import validate_record_data
+from rlkeep.steps import StepContext
+from rlkeep.storage import open_store
+from rlkeep.sync import sync_logs, sync_traces
+from tests.support.faultproxy import FaultProxy
+
+SETTINGS = {"workers": 8, "max_inflight_mb": 4, "skip_policy": {"max_missing_after_listing": 0},
+            "exclude": [{"pattern": "*.pane", "min_bytes": 50_000, "reason": "large_pane"}]}
+
+
+def trace_tree(n_trials: int) -> dict[str, bytes]:
+    tree: dict[str, bytes] = {}
+    for i in range(n_trials):
+        trial = f"task-{i % 17:03d}__{i:07d}"
+        tree[f"{trial}/config.json"] = json.dumps({"trial": trial}).encode()
+        tree[f"{trial}/agent/trajectory.json"] = os.urandom(200 + i % 900)
+        if i % 5:
+            tree[f"{trial}/result.json"] = json.dumps({"trial_name": trial, "reward": i % 2}).encode()
+        if i % 50 == 0:
+            tree[f"{trial}/agent/terminus_2.pane"] = b"\x1b[0m$ " * (20_000 if i % 100 == 0 else 10)
+    return tree
+
+
+def put_all(store, tree: dict[str, bytes], prefix: str = "") -> None:
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda kv: store.put_bytes(prefix + kv[0], kv[1]), tree.items()))
+
+
+def context(tmp_path: Path, bucket: str, *, scheduler: str = "none", settings: dict | None = None,
+            outputs: dict | None = None) -> StepContext:
+    data = {"job": "rl-demo", "user": "demo", "scheduler": scheduler, "chain": ["/demo/rl-demo", "/demo/rl-demo-r1"],
+            "store": f"s3://{bucket}/iris/rl-demo", "checkpoint": {"interval": 20}}
+    if scheduler == "iris":
+        data["cluster"] = "cw-test"
+    record = validate_record_data(data, Path("records/rl-demo.yaml"))
+    return StepContext(job="rl-demo", record=record, data_root=tmp_path, inputs={},
+                       outputs=outputs or {"tar": tmp_path / "rl-demo/sync/trace_jobs.tar",
+                                           "manifest": tmp_path / "rl-demo/sync/trace_jobs.manifest.json"},
+                       settings=settings or SETTINGS)
+
+
+def test_trace_sync_covers_every_page_and_is_byte_identical_on_rerun(tmp_path: Path, bucket: str) -> None:
+    tree = trace_tree(400)  # > 1,000 objects: several listing pages
+    store = open_store(f"s3://{bucket}/iris/rl-demo")
+    put_all(store, tree, "trace_jobs/")
+    ctx = context(tmp_path, bucket)
+    sync_traces(ctx)
+    manifest = json.loads(ctx.outputs["manifest"].read_text())
+    excluded = {k for k, v in tree.items() if k.endswith(".pane") and len(v) >= 50_000}
+    assert manifest["objects_listed"] == len(tree) > 1000
+    assert manifest["objects_synced"] == len(tree) - len(excluded)
+    assert {s["key"] for s in manifest["objects_skipped"]} == excluded
+    assert all(s["reason"] == "large_pane" for s in manifest["objects_skipped"])
+    assert manifest["bytes"] == sum(len(v) for k, v in tree.items() if k not in excluded)
+    assert manifest["trials_started"] == 400 and manifest["trials_completed"] == 320
+    tar_bytes = ctx.outputs["tar"].read_bytes()
+    assert manifest["sha256"] == hashlib.sha256(tar_bytes).hexdigest()
+    with tarfile.open(ctx.outputs["tar"]) as tar:
+        names = tar.getnames()
+        assert names == sorted(set(tree) - excluded, key=str.encode)
+        member = tar.extractfile(names[0])
+        assert member is not None and member.read() == tree[names[0]]
+    listing = subprocess.run(["tar", "-tf", str(ctx.outputs["tar"])], capture_output=True, text=True, check=True)
+    assert "task-001__0000001/result.json" in listing.stdout.splitlines()
+
+    sync_traces(ctx)
+    assert hashlib.sha256(ctx.outputs["tar"].read_bytes()).hexdigest() == manifest["sha256"]
+
+
+def test_transient_faults_mid_transfer_give_the_identical_tar(tmp_path: Path, bucket: str, s3_server, monkeypatch) -> None:
+    store = open_store(f"s3://{bucket}/iris/rl-demo")
+    put_all(store, trace_tree(60), "trace_jobs/")
+    clean = context(tmp_path / "clean", bucket)
+    sync_traces(clean)
+    faulty = context(tmp_path / "faulty", bucket)
+    with FaultProxy(s3_server.endpoint) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
+        proxy.fail_next("reset", 2, method="GET", path_contains="trajectory")
+        proxy.fail_next("truncate", 2, method="GET", path_contains="result.json")
+        proxy.fail_next("slowdown", 2, method="GET", path_contains="config.json")
+        sync_traces(faulty)
+        assert proxy.faults_injected() == 6
+    assert faulty.outputs["tar"].read_bytes() == clean.outputs["tar"].read_bytes()
+
+
+def test_vanished_object_is_recorded_and_fails_by_policy(tmp_path: Path, bucket: str, monkeypatch) -> None:
+    store = open_store(f"s3://{bucket}/iris/rl-demo")
+    tree = trace_tree(10)
+    put_all(store, tree, "trace_jobs/")
+    victim = sorted(tree)[3]
+    import rlkeep.sync as sync
+
+    original = sync.fetch_in_order
+
+    def delete_then_fetch(st, infos, **kwargs):
+        store.delete([f"trace_jobs/{victim}"])
+        return original(st, infos, **kwargs)
+
+    monkeypatch.setattr(sync, "fetch_in_order", delete_then_fetch)
+    ctx = context(tmp_path, bucket)
+    with pytest.raises(RlkeepError, match=rf"1 objects vanished between listing and fetch \(allowed: 0\), e.g. {victim}"):
+        sync_traces(ctx)
+    assert not ctx.outputs["tar"].exists() and not ctx.outputs["manifest"].exists()
+    assert list(ctx.outputs["tar"].parent.iterdir()) == []  # no partial tar left behind
+
+    store.put_bytes(f"trace_jobs/{victim}", tree[victim])
+    lenient = context(tmp_path, bucket, settings={**SETTINGS, "skip_policy": {"max_missing_after_listing": 1}})
+    sync_traces(lenient)
+    manifest = json.loads(lenient.outputs["manifest"].read_text())
+    assert {"key": victim, "size": len(tree[victim]), "reason": "missing_after_listing"} in manifest["objects_skipped"]
+
+
+def test_logs_sync_keeps_informative_artifacts_and_never_weights(tmp_path: Path, bucket: str) -> None:
+    store = open_store(f"s3://{bucket}/iris/rl-demo")
+    informative = {
+        "logs/rl-demo.out": b"Step 1: \n{'trainer/global_step': 1}\n",
+        "logs/rl-demo-r1.out": b"WANDB_MIRROR kind=train step=2 metrics={}\n",
+        "ray/rl-demo/session_1/logs/raylet.out": b"raylet up\n",
+        "vllm/rl-demo.log": b"Avg prompt throughput: 10 tokens/s\n",
+        "config/rl-demo/resolved_config.yaml": b"trainer:\n  ckpt_interval: 20\n",
+        "wandb/run-1/files/output.log": b"wandb\n",
+        "ckpts/latest_ckpt_global_step.txt": b"40",
+        "ckpts/global_step_40/policy/fsdp_config.json": b'{"world_size": 2}',
+    }
+    excluded = {
+        "ckpts/global_step_40/policy/model_world_size_2_rank_0.pt": "excluded_weights",
+        "exports/global_step_40/policy/model.safetensors": "excluded_weights",
+        "core.12345": "excluded_core_dump",
+        "tools/__pycache__/x.cpython-311.pyc": "excluded_cache",
+    }
+    put_all(store, informative)
+    put_all(store, {k: b"\x00" * 64 for k in excluded})
+    put_all(store, {"trace_jobs/t__1/result.json": b"{}"})
+    ctx = context(tmp_path, bucket, outputs={"tar": tmp_path / "logs.tar", "manifest": tmp_path / "logs.manifest.json"})
+    sync_logs(ctx)
+    manifest = json.loads(ctx.outputs["manifest"].read_text())
+    with tarfile.open(ctx.outputs["tar"]) as tar:
+        names = tar.getnames()
+        trainer = tar.extractfile("attempts/rl-demo-r1/trainer.log")
+        assert trainer is not None and trainer.read() == informative["logs/rl-demo-r1.out"]
+    assert names[:2] == ["attempts/rl-demo/trainer.log", "attempts/rl-demo-r1/trainer.log"]
+    assert set(names[2:]) == {f"store/{k}" for k in informative}
+    assert {s["key"]: s["reason"] for s in manifest["objects_skipped"]} == excluded
+    assert [a["attempt"] for a in manifest["attempts"]] == ["rl-demo", "rl-demo-r1"]
+    assert not any("trace_jobs" in name for name in names)
+
+
+def test_logs_sync_takes_full_logs_from_iris(tmp_path: Path, bucket: str, iris) -> None:
+    lines = [f"[17:05:{i % 60:02d}] task=/demo/rl-demo/0 | line {i}" for i in range(1500)]
+    iris.write_state({"jobs": {"/demo/rl-demo": {"state": "failed", "log_lines": lines},
+                               "/demo/rl-demo-r1": {"state": "succeeded", "log_lines": ["only line"]}}})
+    open_store(f"s3://{bucket}/iris/rl-demo").put_bytes("vllm.log", b"x\n")
+    ctx = context(tmp_path, bucket, scheduler="iris",
+                  outputs={"tar": tmp_path / "logs.tar", "manifest": tmp_path / "logs.manifest.json"})
+    sync_logs(ctx)
+    with tarfile.open(ctx.outputs["tar"]) as tar:
+        member = tar.extractfile("attempts/rl-demo/trainer.log")
+        assert member is not None and member.read().decode().splitlines() == lines
+    manifest = json.loads(ctx.outputs["manifest"].read_text())
+    assert manifest["attempts"][0]["lines"] == 1500 and manifest["attempts"][0]["source"] == "iris job logs /demo/rl-demo"
+
+
+def test_empty_trace_prefix_is_a_clear_error(tmp_path: Path, bucket: str) -> None:
+    with pytest.raises(RlkeepError, match=r"trace_jobs: no trace objects under this prefix"):
+        sync_traces(context(tmp_path, bucket))
