@@ -61,6 +61,56 @@ def get_sync_settings(kind):
     return settings
 
 
+def get_selection_settings(wildcards):
+    record = get_record(wildcards.job)
+    return {"rule": record.selection_rule, "behavior_break_step": record.behavior_break_step,
+            "interval": record.checkpoint_interval}
+
+
+def get_publish_settings(wildcards):
+    record = get_record(wildcards.job)
+    return {"publish": record.publish, "base_model": record.base_model}
+
+
+def get_trace_settings(wildcards):
+    return dict(config["traces"])
+
+
+def get_archive_settings(wildcards):
+    record = get_record(wildcards.job)
+    return {"dest": (record.archive or {}).get("dest"), **config["archive"]}
+
+
+def get_register_settings(wildcards):
+    record = get_record(wildcards.job)
+    return {"register": record.register, "base_model": record.base_model, "publish": record.publish}
+
+
+def get_reclaim_settings(wildcards):
+    """Authority is part of the params: granting it later makes a rerun act."""
+    return {"authorized": is_authorized("reclaim_authorized", wildcards.job)}
+
+
+def is_authorized(key, job):
+    return str(config.get(key, "")) == job
+
+
+##### inputs that depend on what the record asks for #####
+
+
+def get_publish_model_inputs(wildcards):
+    """Publishing needs the staged tree only when the record names destinations."""
+    if get_record(wildcards.job).publish is None:
+        return {"chain": f"{wildcards.job}/chain.json"}
+    return {"stage": f"{wildcards.job}/stage/model", "redaction": f"{wildcards.job}/stage/model.redaction.json"}
+
+
+def get_publish_traces_inputs(wildcards):
+    if get_record(wildcards.job).publish is None:
+        return {"chain": f"{wildcards.job}/chain.json"}
+    return {"stage": f"{wildcards.job}/stage/traces"}
+
+
 ##### status on success or failure #####
 
 

@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "verify-model": ("rlkeep.export", "verify_main", "verify a flat model folder"),
     "traces-dataset": ("rlkeep.traces", "cli_main", "rebuild the trace dataset from a trace tree"),
     "example-run": ("rlkeep.example", "cli_main", "write a realistic finished run into a store"),
-    "devserver": ("rlkeep.devserver.cli", "cli_main", "start the local S3 and Hub servers (demo, tests)"),
+    "demo": ("rlkeep.demo", "cli_main", "run the pipeline on a generated run against local services"),
     "install-profiles": ("rlkeep.profiles", "cli_main", "make `--profile iris|local` resolve from any directory"),
 }
 

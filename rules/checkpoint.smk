@@ -1,0 +1,52 @@
+# The metric surface across the chain, then a checkpoint chosen only by the campaign's rule
+# (runbook step 2). Listing reads the mutable checkpoint folders: only after retries.json.
+
+
+rule list_checkpoints:
+    input:
+        retries="{job}/retries.json",
+    output:
+        candidates="{job}/checkpoint/candidates.json",
+    log:
+        "{job}/logs/list_checkpoints.log",
+    resources:
+        net_io=1,
+    params:
+        run="rlkeep.checkpoints:list_checkpoints_step",
+    script:
+        RUN_STEP
+
+
+rule metric_surface:
+    input:
+        logs="{job}/sync/logs.tar",
+        traces="{job}/sync/trace_jobs.tar",
+        candidates="{job}/checkpoint/candidates.json",
+    output:
+        metrics="{job}/metrics/metrics.csv",
+        superseded="{job}/metrics/superseded.csv",
+        eval="{job}/metrics/eval.csv",
+        trials="{job}/metrics/trials.csv",
+        report="{job}/metrics/report.md",
+        plot="{job}/metrics/reward.png",
+    log:
+        "{job}/logs/metric_surface.log",
+    params:
+        run="rlkeep.metrics:metric_surface_step",
+    script:
+        RUN_STEP
+
+
+rule select_checkpoint:
+    input:
+        candidates="{job}/checkpoint/candidates.json",
+        metrics="{job}/metrics/metrics.csv",
+    output:
+        selected="{job}/checkpoint/selected.json",
+    log:
+        "{job}/logs/select_checkpoint.log",
+    params:
+        run="rlkeep.checkpoints:select_checkpoint_step",
+        settings=get_selection_settings,
+    script:
+        RUN_STEP

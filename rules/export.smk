@@ -1,0 +1,19 @@
+# Detect the selected checkpoint's format, consolidate it to a flat model and verify it
+# (runbook step 3). A training checkpoint is not a publishable model until this passes.
+
+
+rule export_model:
+    input:
+        selected="{job}/checkpoint/selected.json",
+        candidates="{job}/checkpoint/candidates.json",
+    output:
+        model=directory("{job}/model"),
+        export="{job}/export.json",
+    log:
+        "{job}/logs/export_model.log",
+    resources:
+        net_io=1,
+    params:
+        run="rlkeep.export:export_step",
+    script:
+        RUN_STEP

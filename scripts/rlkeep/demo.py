@@ -1,0 +1,111 @@
+"""`make demo`: the whole pipeline on a realistic finished run, on this machine only.
+
+Starts the embedded services on 127.0.0.1 (SeaweedFS as the object store, the Hub-compatible
+server), seeds a generated SkyRL + Harbor run into the store once, writes its job record and
+the Iris stand-in's state, runs `snakemake --profile <repo>/profiles/local rl-demo/DONE` and
+prints the completion record. A second run reuses the services' data and finds nothing to do.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from rlkeep.devserver.hub import HubServer
+from rlkeep.devserver.iris import install_executable
+from rlkeep.devserver.s3 import S3Server
+from rlkeep.jsonio import write_json
+from rlkeep.profiles import project_root
+from rlkeep.storage import open_store, upload_tree
+
+JOB = "rl-demo"
+USER = "demo"
+BUCKET = "runs"
+
+
+def seed_store(services: Path, env: dict[str, str]) -> dict:
+    """Generate the example run and upload it once; returns its record."""
+    from rlkeep.example import iris_state, write_example_run
+
+    marker = services / "seeded.json"
+    if marker.is_file():
+        return json.loads(marker.read_text())
+    store_url = f"s3://{BUCKET}/iris/{JOB}"
+    with tempfile.TemporaryDirectory(prefix="rlkeep-demo-") as tmp:
+        run = write_example_run(Path(tmp) / "run", job=JOB, user=USER)
+        os.environ.update(env)
+        count = upload_tree(run.root, open_store(store_url))
+        record = run.record(
+            store_url=store_url,
+            scheduler="iris",
+            cluster="cw-local",
+            publish={"model": f"{USER}/{JOB}", "traces": f"{USER}/{JOB}-traces", "private": True},
+            base_model="demo/tiny-qwen3-base",
+        )
+        write_json(services / "iris-state.json", iris_state(run))
+    seeded = {"record": record, "objects": count, "store": store_url}
+    write_json(marker, seeded)
+    return seeded
+
+
+def run_demo(data_root: Path) -> int:
+    data_root = data_root.resolve()
+    services = data_root / ".services"
+    services.mkdir(parents=True, exist_ok=True)
+    token_file = services / "hub-token"
+    if not token_file.exists():
+        token_file.write_text(secrets.token_hex(16))
+    token = token_file.read_text().strip()
+
+    with S3Server(services / "s3") as s3, HubServer(services / "hub", token=token).start() as hub:
+        s3.create_bucket(BUCKET)
+        env = {
+            **s3.env(),
+            "HF_ENDPOINT": hub.url,
+            "HF_TOKEN": token,
+            "HF_HUB_DISABLE_XET": "1",
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+            "HF_HUB_DISABLE_UPDATE_CHECK": "1",
+            "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+            "IRIS_STANDIN_STATE": str(services / "iris-state.json"),
+            "IRIS_STANDIN_CALLS": str(services / "iris-calls.jsonl"),
+        }
+        seeded = seed_store(services, env)
+        records = data_root / "records"
+        records.mkdir(exist_ok=True)
+        (records / f"{JOB}.yaml").write_text(yaml.safe_dump(seeded["record"], sort_keys=False))
+        bin_dir = install_executable(services / "bin").parent
+        env["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+        print(f"rlkeep demo: store {seeded['store']} ({seeded['objects']} objects) on {s3.endpoint}, Hub on {hub.url}")
+        repo = project_root()
+        command = [sys.executable, "-m", "snakemake", "--snakefile", str(repo / "Snakefile"),
+                   "--profile", str(repo / "profiles" / "local"), f"{JOB}/DONE"]
+        print("rlkeep demo: " + " ".join(command[2:]), flush=True)
+        result = subprocess.run(command, cwd=data_root, env={**os.environ, **env})
+
+    done_path = data_root / JOB / "DONE"
+    status_path = data_root / JOB / "STATUS.json"
+    if result.returncode != 0 or not done_path.is_file():
+        print(f"rlkeep demo: the pipeline did not complete; see {status_path}", file=sys.stderr)
+        if status_path.is_file():
+            print(status_path.read_text(), file=sys.stderr)
+        return 1
+    done = json.loads(done_path.read_text())
+    print(f"\nCompletion record: {done_path}\nReport: {data_root / JOB / 'REPORT.md'}\n")
+    print(json.dumps({key: done.get(key) for key in ("job", "terminal_state", "steps", "checkpoint", "destinations",
+                                                    "artifacts", "remaining_work") if key in done}, indent=2))
+    return 0
+
+
+def cli_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="rlkeep demo", description=__doc__)
+    parser.add_argument("--data-root", type=Path, default=Path("demo-data"))
+    args = parser.parse_args(argv)
+    return run_demo(args.data_root)
