@@ -4,6 +4,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
+import string
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ from rlkeep.devserver.hub import LFS_SIZE_THRESHOLD
 from rlkeep.errors import RlkeepError
 from rlkeep.hub import (
     check_publication, check_publication_main, compare_trees, download_fresh, publish_model, remote_extras,
-    replace_trace_shards, verify_trace_publication,
+    replace_trace_shards, verify_model_publication, verify_trace_publication,
 )
 from tests.support.hub import hub_server, no_client_backoff, stored_blobs
 
@@ -173,6 +175,74 @@ def test_token_never_reaches_stored_bytes_messages_or_evidence(hub_server, tmp_p
     assert {repo for repo, _, _ in blobs} == {"laion/scan", "datasets/laion/scan-traces"}
     assert not [(repo, path) for repo, path, data in blobs if token in data]
     assert hub_server.token not in json.dumps([result, traces, evidence])
+
+
+# -- model verification --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def redactor():
+    redaction = pytest.importorskip("rlkeep.redaction", reason="rlkeep.redaction (another helper's module) missing")
+    return redaction.redactor_from_environment()
+
+
+def fake_credentials() -> str:
+    """Credential-shaped text made at run time, so no secret-looking literal lives in the sources."""
+    rng = random.Random(7)
+    hf = "hf_" + "".join(rng.choices(string.ascii_letters, k=34))
+    aws = "AKIA" + "".join(rng.choices(string.ascii_uppercase + string.digits, k=16))
+    return f"HF_TOKEN={hf}\naws_access_key_id = {aws}\n"
+
+
+def test_verify_model_publication_passes_and_returns_evidence(hub_server, tmp_path: Path, redactor) -> None:
+    stage = stage_model(tmp_path / "stage")
+    commit = publish_model(stage, "laion/verified", private=True, commit_message="x",
+                           **hub_kwargs(hub_server))["commit"]
+    evidence = verify_model_publication(stage, "laion/verified", commit, tmp_path / "verify", redactor=redactor,
+                                        traces_repo="laion/rl-qwen3-swe-v3-traces", **hub_kwargs(hub_server))
+    assert evidence["status"] == "completed" and evidence["redaction_findings"] == 0
+    assert evidence["commit"] == evidence["verified_commit"] == commit
+    assert [f["path"] for f in evidence["files"]] == sorted([*model_files(), ".gitattributes"])
+    weights = next(f for f in evidence["files"] if f["path"] == "model.safetensors")
+    assert weights["sha256"] == hashlib.sha256((stage / "model.safetensors").read_bytes()).hexdigest()
+    assert Path(evidence["download_dir"]).parent == tmp_path / "verify"
+    assert hub_server.token not in json.dumps(evidence)
+
+
+def test_verify_detects_a_model_card_edited_remotely(hub_server, tmp_path: Path, redactor) -> None:
+    stage = stage_model(tmp_path / "stage")
+    commit = publish_model(stage, "laion/edited", private=True, commit_message="x", **hub_kwargs(hub_server))["commit"]
+    same_size_edit = CARD.replace("laion/", "other/").encode()
+    edited = hub_server.edit_file("laion/edited", "README.md", same_size_edit)
+    with pytest.raises(RlkeepError) as caught:
+        verify_model_publication(stage, "laion/edited", commit, tmp_path / "verify", redactor=redactor,
+                                 **hub_kwargs(hub_server))
+    message = str(caught.value)
+    assert "README.md: content differs" in message
+    assert f"main at {edited}" in message and f"published {commit}" in message
+    assert (stage / "README.md").read_text() == CARD  # staging kept for the rerun
+
+
+def test_verify_runs_the_redaction_check_on_the_download(hub_server, tmp_path: Path, redactor) -> None:
+    stage = stage_model(tmp_path / "stage")
+    commit = publish_model(stage, "laion/leaky", private=True, commit_message="x", **hub_kwargs(hub_server))["commit"]
+    secret = fake_credentials()
+    hub_server.edit_file("laion/leaky", "training_logs/env.txt", secret.encode())
+    with pytest.raises(RlkeepError) as caught:
+        verify_model_publication(stage, "laion/leaky", commit, tmp_path / "verify", redactor=redactor,
+                                 **hub_kwargs(hub_server))
+    message = str(caught.value)
+    assert "redaction check" in message and "training_logs/env.txt" in message
+    assert "training_logs/env.txt: on the Hub but not in staging" in message
+    assert not any(line.split("=")[-1].strip() in message for line in secret.splitlines())
+
+
+def test_verify_rejects_a_commit_that_main_never_had(hub_server, tmp_path: Path, redactor) -> None:
+    stage = stage_model(tmp_path / "stage")
+    publish_model(stage, "laion/history", private=False, commit_message="x", **hub_kwargs(hub_server))
+    with pytest.raises(RlkeepError, match="is not in the history of main"):
+        verify_model_publication(stage, "laion/history", "0" * 40, tmp_path / "verify", redactor=redactor,
+                                 **hub_kwargs(hub_server))
 
 
 # -- faults: clear errors, staging untouched, reruns complete ---------------------------------------
