@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import ast
 import csv
+import functools
 import io
 import json
 import math
@@ -48,7 +49,7 @@ ROW_META: tuple[str, ...] = ("global_step", "attempt", "source", "line")
 DEFAULT_REWARD_METRIC = "reward/avg_raw_reward"
 DEFAULT_EMA_ALPHA = 1 / 3
 
-CHUNK_BYTES = 8 << 20
+CHUNK_BYTES = 4 << 20
 # A metric dict longer than this (or one whose closing brace never comes) is a truncated block.
 MAX_BLOCK_CHARS = 8 << 20
 MAX_BLOCK_LINES = 50_000
@@ -66,10 +67,14 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _IRIS_PREFIX = re.compile(r"\[\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\]((?: [A-Za-z_]+=\S+)+) \| ")
 # `(skyrl_entrypoint pid=2211) `, `(pid=7, ip=10.0.0.2) `, `(raylet) `
 _RAY_PREFIX = re.compile(r"\((?:[^()\n]*\bpid=\d+[^()\n]*|raylet[^()\n]*)\) ")
+# both, in one match: group 1 the Iris tokens, group 2 the Ray prefix
+_LINE_PREFIX = re.compile(f"(?:{_IRIS_PREFIX.pattern})?({_RAY_PREFIX.pattern})?")
+_NOT_CONTINUATION = re.compile(r"^\S|\n(?!\s)", re.M)
 _RAY_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 
 _WANDB = re.compile(r"WANDB_MIRROR\s+kind=(?P<kind>\S+)\s+step=(?P<step>\d+)\s+metrics=(?P<json>.*)$")
-_STEP_HEADER = re.compile(r"(?:^|\s)Step (\d+):(.*)$")
+_STEP_HEADER = re.compile(r"(?:^|\s)Step (\d+):\s*$")
+_STEP_INLINE = re.compile(r"(?:^|\s)Step (\d+):\s*\{")
 _NUMERIC_STRING = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:nan|inf|infinity)", re.I)
 
 
@@ -82,18 +87,9 @@ def clean_line(raw: str) -> tuple[str, str]:
     pprint continuation line keeps its leading indent.
     """
     line = _ANSI.sub("", raw) if "\x1b" in raw else raw
-    if line.endswith("\r"):
-        line = line[:-1]
-    origin = ""
-    match = _IRIS_PREFIX.match(line)
-    if match:
-        origin = match.group(1)
-        line = line[match.end():]
-    match = _RAY_PREFIX.match(line)
-    if match:
-        origin += match.group(0)
-        line = line[match.end():]
-    return origin, line
+    match = _LINE_PREFIX.match(line)
+    origin = (match.group(1) or "") + (match.group(2) or "")
+    return origin, line[match.end():].rstrip("\r")
 
 
 # --------------------------------------------------------------------------- values
@@ -169,12 +165,16 @@ _INCOMPLETE = object()  # a block runs past the end of the buffer: read more, th
 class _Scanner:
     """Finds metric blocks in a log fed in newline-terminated chunks.
 
-    Noise is skipped with str.find over the whole buffer for four markers; only lines holding
-    a marker are cleaned and parsed. Rows of every serialization are kept until the end,
-    where the file's serialization is chosen (see the module docstring).
+    Every serialization puts a ``{`` on the line where its metrics start (``metrics={``, the
+    first line of a printed dict, a JSON line), and ``{`` is rare in trainer noise, so the
+    scan is one ``str.find("{")`` (memchr speed) per candidate line; only those lines are
+    cleaned and classified. A console dict's ``Step N:`` header is found by looking back
+    at the previous line of the same process. Rows of every serialization are kept until the
+    end, where the file's serialization is chosen (see the module docstring).
     """
 
-    MARKERS = ("WANDB_MIRROR", "Step ", "{'async/", '{"')
+    LOOKBACK_LINES = 8
+    CONTEXT_CHARS = 64 << 10
 
     def __init__(self, source: str) -> None:
         self.source = source
@@ -183,18 +183,21 @@ class _Scanner:
         self.present: set[str] = set()
         self.problems: dict[str, list[tuple[int, str]]] = {name: [] for name in SERIALIZATIONS}
         self.other_kinds: Counter[str] = Counter()
-        self.first_line = 1
-        self.carry = ""
+        self.first_line = 1   # line number of the first unscanned character
+        self.context = ""     # a few already-scanned lines before it, for header look-back
+        self.carry = ""       # unscanned text held back (a block still open at the chunk end)
         self.saw_text = False
 
     # -- feeding
     def feed(self, text: str, final: bool = False) -> None:
-        if text.strip():
+        if not self.saw_text and text.strip():
             self.saw_text = True
-        buffer = self.carry + text if self.carry else text
-        consumed = self._scan(buffer, final)
-        self.first_line += buffer.count("\n", 0, consumed)
+        start = len(self.context)
+        buffer = self.context + self.carry + text
+        consumed = self._scan(buffer, start, final)
+        self.first_line += buffer.count("\n", start, consumed)
         self.carry = buffer[consumed:]
+        self.context = _tail_lines(buffer, consumed, self.LOOKBACK_LINES, self.CONTEXT_CHARS)
 
     def finish(self) -> ParsedLog:
         if self.carry:
@@ -229,36 +232,64 @@ class _Scanner:
         )
 
     # -- scanning
-    def _scan(self, buf: str, final: bool) -> int:
-        """Process every block that starts in buf; return where the unprocessed tail starts."""
-        markers = self.MARKERS
-        handlers = (self._wandb_line, self._console_block, self._python_dict_block, self._json_line)
-        upcoming = [buf.find(marker) for marker in markers]
-        cursor = 0  # everything before cursor belongs to a consumed block
-        counted_pos, counted_line = 0, self.first_line
+    def _scan(self, buf: str, start: int, final: bool) -> int:
+        """Process every block that starts in buf[start:]; return where the unprocessed tail
+        starts (a block still open at the end of a non-final buffer)."""
         size = len(buf)
+        position = start
+        counted_pos, counted_line = start, self.first_line
         while True:
-            position, which = -1, -1
-            for index, found in enumerate(upcoming):
-                if found >= 0 and (position < 0 or found < position):
-                    position, which = found, index
-            if position < 0:
+            brace = buf.find("{", position)
+            if brace < 0:
                 return size
-            line_start = buf.rfind("\n", 0, position) + 1
-            if line_start < cursor:
-                upcoming[which] = buf.find(markers[which], cursor)
-                continue
-            line_end = buf.find("\n", position)
+            line_start = buf.rfind("\n", 0, brace) + 1
+            line_end = buf.find("\n", brace)
             if line_end < 0:
                 line_end = size
             counted_line += buf.count("\n", counted_pos, line_start)
             counted_pos = line_start
-            outcome = handlers[which](buf, line_start, line_end, counted_line, final)
+            outcome = self._classify(buf, line_start, brace, line_end, counted_line, final)
             if outcome is _INCOMPLETE:
                 return line_start
-            if outcome is not None:
-                cursor = outcome
-            upcoming[which] = buf.find(markers[which], max(position + 1, cursor))
+            position = max(line_end, outcome or 0) + 1
+
+    def _classify(self, buf: str, start: int, brace: int, end: int, line: int, final: bool) -> Any:
+        """Hand the line holding a '{' to the parser of its serialization; returns the end
+        offset of what was consumed, None when the line holds no metrics, or _INCOMPLETE."""
+        if buf.find("WANDB_MIRROR", start, brace) >= 0:
+            return self._wandb_line(buf, end, line, buf[start:end])
+        origin, text = clean_line(buf[start:end])
+        if text.startswith("{"):
+            header = self._header_before(buf, start, origin)
+            if header is not None:
+                step, lines_back = header
+                return self._console_block(buf, text, start, end, origin, step, line - lines_back, final)
+            if text.startswith("{'async/"):
+                return self._python_dict_block(buf, text, start, end, origin, line, final)
+            if text.startswith('{"'):
+                return self._json_line(text, end, line)
+            return None
+        inline = _STEP_INLINE.search(text)
+        if inline:
+            return self._console_block(buf, text[inline.end() - 1:], start, end, origin, int(inline.group(1)), line, final)
+        opening = text.find("{'async/")
+        if opening >= 0:
+            return self._python_dict_block(buf, text[opening:], start, end, origin, line, final)
+        return None
+
+    def _header_before(self, buf: str, line_start: int, origin: str) -> tuple[int, int] | None:
+        """(step, lines back) when the previous line printed by origin is a bare 'Step N:'."""
+        end = line_start - 1
+        for lines_back in range(1, self.LOOKBACK_LINES + 1):
+            if end < 0:
+                return None
+            start = buf.rfind("\n", 0, end) + 1
+            line_origin, text = clean_line(buf[start:end])
+            if line_origin == origin:
+                header = _STEP_HEADER.search(text)
+                return (int(header.group(1)), lines_back) if header else None
+            end = start - 1
+        return None
 
     def _problem(self, serialization: str, line: int, message: str) -> None:
         self.present.add(serialization)
@@ -267,11 +298,14 @@ class _Scanner:
     def _make_row(self, serialization: str, metrics: dict[str, Any], default_step: int | None,
                   line: int) -> dict[str, Any] | None:
         values: dict[str, Any] = {}
+        numeric = _NUMERIC_STRING.fullmatch
         for key, value in metrics.items():
-            if not isinstance(key, str):
+            if key.__class__ is not str:
                 self._problem(serialization, line, f"metric key {key!r} is not a string")
                 return None
-            values[key] = coerce_value(value)
+            if value.__class__ is str and numeric(value):
+                value = float(value)
+            values[key] = value
         step: Any = default_step
         for key in STEP_KEYS:
             if key in values:
@@ -292,8 +326,8 @@ class _Scanner:
             return None
         return {"global_step": step, "line": line, **values}
 
-    def _wandb_line(self, buf: str, start: int, end: int, line: int, final: bool) -> int | None:
-        _, text = clean_line(buf[start:end])
+    def _wandb_line(self, buf: str, end: int, line: int, raw: str) -> int | None:
+        _, text = clean_line(raw)
         match = _WANDB.search(_RAY_REPEATED.sub("", text))
         if not match:
             return None
@@ -317,10 +351,9 @@ class _Scanner:
                 self.other_kinds[kind] += 1
         return end
 
-    def _json_line(self, buf: str, start: int, end: int, line: int, final: bool) -> int | None:
-        _, text = clean_line(buf[start:end])
+    def _json_line(self, text: str, end: int, line: int) -> int | None:
         text = _RAY_REPEATED.sub("", text).strip()
-        if not (text.startswith("{") and text.endswith("}")):
+        if not text.endswith("}"):
             return None
         try:
             value = json.loads(text)
@@ -337,47 +370,24 @@ class _Scanner:
             self.rows["json-lines"].append(row)
         return end
 
-    def _console_block(self, buf: str, start: int, end: int, line: int, final: bool) -> Any:
-        origin, text = clean_line(buf[start:end])
-        header = _STEP_HEADER.search(text)
-        if not header:
-            return None
-        rest = header.group(2).strip()
-        if rest and not rest.startswith("{"):
-            return None  # "Step 5: Batch generation complete ...": a progress line, not a block
-        step = int(header.group(1))
-        if rest:
-            first_text, first_end = rest, end
-        else:
-            located = self._next_line_of(buf, end + 1, origin, start, final)
-            if located is _INCOMPLETE:
-                return _INCOMPLETE
-            if located is None:
-                self._problem("skyrl-console", line, f"'Step {step}:' header but the log ends before its metric dict")
-                return end
-            first_start, first_end, first_text = located
-            if not first_text.startswith("{"):
-                self._problem("skyrl-console", line, f"'Step {step}:' header is not followed by a metric dict")
-                return end
+    def _console_block(self, buf: str, first_text: str, start: int, end: int, origin: str, step: int,
+                       header_line: int, final: bool) -> Any:
         self.present.add("skyrl-console")
-        block = self._collect_dict(buf, first_text, first_end, origin, start, final)
+        block = self._collect_dict(buf, first_text, end, origin, start, final)
         if block is _INCOMPLETE:
             return _INCOMPLETE
         if isinstance(block, str):
-            self._problem("skyrl-console", line, f"metric dict of 'Step {step}:' {block}")
+            self._problem("skyrl-console", header_line, f"metric dict of 'Step {step}:' {block}")
             return end
         metrics, block_end = block
-        row = self._make_row("skyrl-console", metrics, step, line)
+        row = self._make_row("skyrl-console", metrics, step, header_line)
         if row is not None:
             self.rows["skyrl-console"].append(row)
         return block_end
 
-    def _python_dict_block(self, buf: str, start: int, end: int, line: int, final: bool) -> Any:
-        origin, text = clean_line(buf[start:end])
-        opening = text.find("{'async/")
-        if opening < 0:
-            return None
-        block = self._collect_dict(buf, text[opening:], end, origin, start, final)
+    def _python_dict_block(self, buf: str, first_text: str, start: int, end: int, origin: str, line: int,
+                           final: bool) -> Any:
+        block = self._collect_dict(buf, first_text, end, origin, start, final)
         if block is _INCOMPLETE:
             return _INCOMPLETE
         if isinstance(block, str):
@@ -392,48 +402,104 @@ class _Scanner:
             self.rows["python-dict"].append(row)
         return block_end
 
-    def _next_line_of(self, buf: str, position: int, origin: str, block_start: int, final: bool) -> Any:
-        """The next line printed by `origin` at or after position: (start, end, message)."""
-        size = len(buf)
-        while position < size:
-            end = buf.find("\n", position)
-            if end < 0:
-                end = size
-            line_origin, text = clean_line(buf[position:end])
-            if line_origin == origin:
-                return position, end, text
-            position = end + 1
-        if final or size - block_start > MAX_BLOCK_CHARS:
-            return None
-        return _INCOMPLETE
-
     def _collect_dict(self, buf: str, first_text: str, first_end: int, origin: str,
                       block_start: int, final: bool) -> Any:
         """Join the lines of one printed dict. Returns (dict, end offset), _INCOMPLETE, or a
-        string saying why the dict is malformed."""
+        string saying why the dict is malformed.
+
+        Lines are taken in runs up to the next line holding a '}' (normally the last line of
+        the dict), cleaned in bulk; lines of other processes are skipped. A line of the same
+        process that is not an indented continuation means the dict was cut off.
+        """
         parts = [first_text]
-        end = first_end
-        lines = 1
+        position = first_end + 1
+        size = len(buf)
         while True:
             if parts[-1].rstrip().endswith("}"):
                 try:
-                    return parse_python_dict("\n".join(parts)), end
+                    return parse_python_dict("\n".join(parts)), position - 1
                 except (ValueError, SyntaxError, RecursionError):
                     pass  # a nested dict closed on this line; the outer one continues
-            if lines >= MAX_BLOCK_LINES:
-                return f"is not closed within {MAX_BLOCK_LINES} lines"
-            located = self._next_line_of(buf, end + 1, origin, block_start, final)
-            if located is _INCOMPLETE:
+            if position >= size:
+                if final or size - block_start > MAX_BLOCK_CHARS:
+                    return "is truncated: the log ends before its closing brace"
                 return _INCOMPLETE
-            if located is None:
-                return "is truncated: the log ends before its closing brace"
-            _, end, text = located
-            if not text[:1].isspace():
-                line_hint = buf.count("\n", block_start, end) + 1
-                return (f"is truncated or not a Python literal: line {line_hint} of the block "
-                        f"starts a new message ({text[:60]!r})")
-            parts.append(text)
-            lines += 1
+            close = buf.find("}", position)
+            run_end = size if close < 0 else buf.find("\n", close)
+            if run_end < 0:
+                run_end = size
+            run = buf[position:run_end]
+            if "\x1b" in run:
+                run = _ANSI.sub("", run)
+            texts = _bulk_continuations(run, origin)
+            if texts is None:  # another process's lines interleaved, or a cut-off dict: line by line
+                texts = []
+                for index, raw in enumerate(run.split("\n")):
+                    match = _LINE_PREFIX.match(raw)
+                    if (match.group(1) or "") + (match.group(2) or "") != origin:
+                        continue
+                    text = raw[match.end():].rstrip("\r")
+                    if not text[:1].isspace():
+                        line_hint = buf.count("\n", block_start, position) + index + 1
+                        return (f"is truncated or not a Python literal: line {line_hint} of the block "
+                                f"starts a new message ({text[:60]!r})")
+                    texts.append(text)
+            parts.extend(texts)
+            if len(parts) > MAX_BLOCK_LINES:
+                return f"is not closed within {MAX_BLOCK_LINES} lines"
+            position = run_end + 1
+            if close < 0 and not final and size - block_start <= MAX_BLOCK_CHARS:
+                return _INCOMPLETE
+            if not parts[-1].rstrip().endswith("}") and position >= size:
+                if final or size - block_start > MAX_BLOCK_CHARS:
+                    return "is truncated: the log ends before its closing brace"
+                return _INCOMPLETE
+
+
+@functools.lru_cache(maxsize=64)
+def _origin_prefix(origin: str) -> tuple[str, re.Pattern[str]]:
+    """For an origin: a literal every line of it holds, and a regex removing its prefixes."""
+    iris, _, ray = origin.partition("(")
+    ray = "(" + ray if ray else ""
+    literal = (f"{iris} | " if iris else "") + ray
+    pattern = (r"\[\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\]" if iris else "") + re.escape(literal)
+    return literal, re.compile("^" + pattern, re.M)
+
+
+def _bulk_continuations(run: str, origin: str) -> list[str] | None:
+    """The messages of a run of dict lines when every line is an indented continuation
+    printed by origin (the common case, handled without a per-line loop); else None."""
+    lines = run.count("\n") + 1
+    if origin:
+        literal, prefix = _origin_prefix(origin)
+        if run.count(literal) != lines:
+            return None
+        stripped = prefix.sub("", run)
+        if stripped.count("\n") + 1 != lines:
+            return None
+    else:
+        if "pid=" in run or "] task=" in run or "(raylet)" in run:
+            return None
+        stripped = run
+    if _NOT_CONTINUATION.search(stripped):
+        return None
+    return stripped.replace("\r\n", "\n").split("\n")
+
+
+def _tail_lines(buf: str, end: int, lines: int, max_chars: int) -> str:
+    """The last `lines` complete lines of buf[:end] (end is just after a newline or 0)."""
+    start = end
+    floor = max(0, end - max_chars)
+    for _ in range(lines):
+        if start <= floor:
+            break
+        previous = buf.rfind("\n", floor, start - 1)
+        start = previous + 1 if previous >= 0 else floor
+    if start == floor and floor > 0:
+        # cut inside a line: drop the partial line so look-back never sees half of one
+        first_newline = buf.find("\n", floor, end)
+        start = first_newline + 1 if first_newline >= 0 else end
+    return buf[start:end]
 
 
 def parse_log(text: str, source: str) -> ParsedLog:
