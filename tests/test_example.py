@@ -362,3 +362,15 @@ def test_bad_parameters_fail_before_writing(tmp_path: Path, kwargs: dict, messag
     with pytest.raises(RlkeepError, match=message):
         write_example_run(tmp_path / "run", **kwargs)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("seed", [4, 5, 14, 19])
+def test_the_smallest_run_still_plants_every_secret_and_the_continuation(tmp_path: Path, seed: int) -> None:
+    run = write_example_run(tmp_path / "run", seed=seed, n_trials=12, n_steps=25, interval=10, model_hidden=16,
+                            large_result_mb=0.02, large_pane_mb=0.01)
+    assert len({entry["kind"] for entry in run.planted_secrets}) == 10
+    for entry in run.planted_secrets:
+        assert entry["value"] in _text(run, entry["path"]), (entry["kind"], entry["path"])
+    assert len(list(run.root.glob("trace_jobs/*/agent/trajectory.cont-1.json"))) == 1
+    assert run.steps_logged["rl-demo"][-1] > run.resumed_from["rl-demo-r1"] == run.complete_ckpt_steps[-1] == 20
+    assert (run.root / "ckpts/latest_ckpt_global_step.txt").read_text() == "20"

@@ -23,6 +23,7 @@ from .plan import AttemptPlan
 from .tree import Tree
 
 AGENT_TIMEOUT_SEC = 300.0
+MIN_COMPLETED = 8  # trials that carry the large files, the continuation and the planted secrets
 FAILURES = [
     ("AgentTimeoutError", f"Agent execution timed out after {AGENT_TIMEOUT_SEC} seconds"),
     ("AgentTimeoutError", f"Agent execution timed out after {AGENT_TIMEOUT_SEC} seconds"),
@@ -95,7 +96,7 @@ def plan_trials(ctx: RunContext) -> list[TrialSpec]:
     pool = task_pool(rng, max(3, n_regular // SAMPLES_PER_PROMPT + 1))
     taken: set[str] = set()
     specs: list[TrialSpec] = []
-    slot = 0
+    slot = completed = 0
     while slot < n_regular:
         attempt, step = executions[slot * len(executions) // n_regular]
         task, dataset = pool[(slot // SAMPLES_PER_PROMPT) % len(pool)]
@@ -104,7 +105,9 @@ def plan_trials(ctx: RunContext) -> list[TrialSpec]:
         retry_of: str | None = None
         while slot < n_regular:
             forced_failure = slot == 3 and retries == 0
-            fails = forced_failure or (retries < 2 and rng.random() < 0.08)
+            # random failures never eat the slots needed for MIN_COMPLETED successes (role holders)
+            room = n_regular - slot - 1 > MIN_COMPLETED - completed
+            fails = forced_failure or (rng.random() < 0.08 and retries < 2 and room)
             exception = FAILURES[0] if forced_failure else (rng.choice(FAILURES) if fails else None)
             success_p = reward_trend(step, params.n_steps)
             spec = TrialSpec(
@@ -124,6 +127,7 @@ def plan_trials(ctx: RunContext) -> list[TrialSpec]:
             specs.append(spec)
             slot += 1
             if not exception:
+                completed += 1
                 break
             retries += 1
             retry_of = spec.name
@@ -144,13 +148,15 @@ def plan_trials(ctx: RunContext) -> list[TrialSpec]:
 def _assign_roles(specs: list[TrialSpec]) -> None:
     """Which trials carry the large files, the continuation, the recordings and the planted secrets."""
     ran = [s for s in specs if s.status == "completed" and s.turns >= 2]
-    if len(ran) < 8:
+    if len(ran) < MIN_COMPLETED:
         ran = [s for s in specs if s.status == "completed"]
     ran[0].roles.add("large_result")
     ran[1].roles.update({"continuation", "large_pane"})
+    ran[1].turns = max(ran[1].turns, 3)  # a continuation needs turns on both sides of the split
     for role, spec in zip(["iris_proxy_url", "github_token", "openai_key", "presigned_url", "pem_private_key"],
                           ran[2:7]):
         spec.roles.add(role)
+        spec.turns = max(spec.turns, 2)  # the secret rides on turn 0, which must not be the final mark step
     ran[-1].roles.update({"large_pane", "large_cast"})
     for position, spec in enumerate(ran):
         if position % 25 == 3:
