@@ -351,6 +351,7 @@ def test_conversations_alternate_start_with_user_and_survive_continuations(tmp_p
     assert any("Summary of the work so far" in turn["content"] for turn in cont)
     first_user = found["system-first__EEEEEEE"]["conversations"][0]["content"]
     assert first_user.startswith("SYSTEM RULES\n\nYou are an AI assistant")
+    assert found["system-first__EEEEEEE"]["instruction"].startswith("You are an AI assistant")
     agent_turn = cont[1]["content"]
     assert agent_turn.startswith("<think>") and "</think>\nAnalysis:" in agent_turn
     assert '<tool_call>\n{"name": "bash_command", "arguments": {"keystrokes": ' in agent_turn
@@ -469,3 +470,29 @@ def test_cli_single_commit_replaces_remote_shards(hub_server, tmp_path: Path, mo
     assert sorted(p for p in remote if p.startswith("data/")) == ["data/train-00000.parquet"]
     assert MANIFEST_NAME in remote
     assert list(scratch.iterdir()) == []  # the temporary staging is gone after verification
+
+
+def test_cli_keeps_the_staging_when_publication_fails(hub_server, tmp_path: Path, monkeypatch) -> None:
+    for key, value in hub_env(hub_server.url, "not-the-server-token", base={}).items():
+        monkeypatch.setenv(key, value)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    root = tmp_path / "trace_jobs"
+    write_trace_tree(root, 2, seed=13, outcomes={"success": 1})
+    with pytest.raises(RlkeepError) as caught:
+        cli_main(["--job-dir", str(root), "--repo-id", "org/rl-traces", "--single-commit"])
+    assert "staged export kept at" in str(caught.value)
+    kept = [path for path in scratch.rglob(MANIFEST_NAME)]
+    assert len(kept) == 1 and (kept[0].parent / "data" / "train-00000.parquet").is_file()
+    assert "not-the-server-token" not in str(caught.value)
+
+
+def test_bad_options_are_refused_before_any_work(mixed_tree, tmp_path: Path) -> None:
+    root, _ = mixed_tree
+    for options in ({"episodes": "first"}, {"filter": "all"}, {"min_coverage": 1.5}, {"trials_per_shard": 0}):
+        with pytest.raises(RlkeepError):
+            build(root, tmp_path / "out", **options)
+    with pytest.raises(RlkeepError, match="does not exist"):
+        build(tmp_path / "missing", tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -29,8 +29,8 @@ Decisions worth knowing (the manifest states the ones a reader of the data needs
   `<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>` block per call. A
   trajectory whose first message is an agent turn is counted as malformed (`no_user_turn`)
   rather than given an invented prompt.
-- `instruction` is the first user message of the trajectory (Terminus-2 puts the system
-  prompt and the task there); the task folder itself is not part of a trial.
+- `instruction` is the message of the first `user` step of the trajectory (Terminus-2 puts
+  its prompt and the task there); the task folder itself is not part of a trial.
 - Text is cleaned (lone surrogates -> U+FFFD, ANSI/OSC escapes, bracketed-paste markers,
   carriage-return overwrites resolved as a terminal would, other control characters) and then
   passed through the redactor; only counts per kind reach the manifest.
@@ -480,7 +480,7 @@ def _content_text(value: Any) -> str:
 def render_agent_turn(step: dict[str, Any]) -> str:
     """`<think>{reasoning}</think>\\n{message}` plus one <tool_call> block per call."""
     message = _content_text(step.get("message"))
-    reasoning = step.get("reasoning_content")
+    reasoning = _content_text(step.get("reasoning_content"))
     if "</think>" in message and "<think>" not in message and not reasoning:
         message = "<think>" + message  # the chat template opened the think block in the prompt
     pieces = [f"<think>{reasoning}</think>\n{message}" if reasoning else message]
@@ -490,6 +490,19 @@ def render_agent_turn(step: dict[str, Any]) -> str:
         payload = {"name": call.get("function_name"), "arguments": call.get("arguments")}
         pieces.append("<tool_call>\n" + json.dumps(payload, ensure_ascii=False) + "\n</tool_call>")
     return "\n".join(piece for piece in pieces if piece)
+
+
+def _subagent_label(ref: Any) -> str:
+    """A subagent's trajectory is not inlined (it lives in another file); it is named in place."""
+    refs = ref if isinstance(ref, list) else [ref]
+    labels = []
+    for item in refs:
+        if isinstance(item, str):
+            labels.append(item)
+        elif isinstance(item, dict):
+            labels.append(next((str(item[key]) for key in ("trajectory_path", "session_id", "trajectory_id")
+                                if item.get(key)), "subagent"))
+    return ", ".join(labels) or "subagent"
 
 
 def observation_text(step: dict[str, Any]) -> str:
@@ -503,10 +516,7 @@ def observation_text(step: dict[str, Any]) -> str:
         content = _content_text(result.get("content"))
         ref = result.get("subagent_trajectory_ref")
         if ref:
-            label = ref if isinstance(ref, str) else next(
-                (str(ref[key]) for key in ("trajectory_path", "session_id", "trajectory_id") if isinstance(ref, dict) and ref.get(key)),
-                "subagent")
-            content = f"[subagent:{label}]" + (f"\n{content}" if content else "")
+            content = f"[subagent:{_subagent_label(ref)}]" + (f"\n{content}" if content else "")
         if content:
             pieces.append(content)
     return "\n".join(pieces)
@@ -515,6 +525,7 @@ def observation_text(step: dict[str, Any]) -> str:
 @dataclass(frozen=True)
 class Message:
     role: str  # "user" or "assistant"
+    source: str  # the ATIF step source ("system", "user", "agent"), or "observation"
     content: str
     episode: int | None  # the episode an assistant message ends; None for user messages
 
@@ -527,13 +538,13 @@ def trajectory_messages(steps: Iterable[dict[str, Any]], scrub: Callable[[str], 
         if step.get("is_copied_context"):
             continue
         if step["source"] == "agent":
-            messages.append(Message("assistant", scrub(render_agent_turn(step)), episode))
+            messages.append(Message("assistant", "agent", scrub(render_agent_turn(step)), episode))
             episode += 1
             observed = observation_text(step)
             if observed:
-                messages.append(Message("user", scrub(observed), None))
+                messages.append(Message("user", "observation", scrub(observed), None))
         else:  # user and system steps are both prompt text
-            messages.append(Message("user", scrub(_content_text(step.get("message"))), None))
+            messages.append(Message("user", step["source"], scrub(_content_text(step.get("message"))), None))
     return messages
 
 
@@ -619,17 +630,17 @@ class TrialRows:
     messages: list[Message]
 
 
-def _model_columns(result: dict[str, Any], agent: dict[str, Any]) -> tuple[str | None, str | None]:
-    info = result.get("agent_info") if isinstance(result.get("agent_info"), dict) else {}
-    model_info = info.get("model_info") if isinstance(info.get("model_info"), dict) else {}
-    model_name = agent.get("model_name")
-    if not model_name:
-        config_agent = (result.get("config") or {}).get("agent") if isinstance(result.get("config"), dict) else None
-        model_name = config_agent.get("model_name") if isinstance(config_agent, dict) else None
-    provider, _, bare = (model_name or "").rpartition("/")
-    model = model_info.get("name") or bare or None
-    return (str(model) if model else None,
-            str(model_info.get("provider") or provider) if (model_info.get("provider") or provider) else None)
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _model_columns(result: dict[str, Any], agent: dict[str, Any]) -> tuple[Any, Any]:
+    """(model, provider): agent_info.model_info when Harbor recorded it, else split from the
+    model name SkyRL injects ("hosted_vllm/<served>")."""
+    model_info = _mapping(_mapping(result.get("agent_info")).get("model_info"))
+    model_name = agent.get("model_name") or _mapping(_mapping(result.get("config")).get("agent")).get("model_name")
+    provider, _, bare = str(model_name or "").rpartition("/")
+    return model_info.get("name") or bare or None, model_info.get("provider") or provider or None
 
 
 def read_trial(trial: TrialContent, scrub: Callable[[str], str], repairs: Counter[str]) -> TrialRows:
@@ -652,24 +663,22 @@ def read_trial(trial: TrialContent, scrub: Callable[[str], str], repairs: Counte
     verifier_parts = [trial.files[rel].decode("utf-8", errors="replace")
                       for rel in VERIFIER_OUTPUT if rel in trial.files]
     verifier_text = "\n".join(part for part in verifier_parts if part)
-    info = result.get("agent_info") if isinstance(result.get("agent_info"), dict) else {}
     model, provider = _model_columns(result, agent)
     trial_name = result.get("trial_name") or trial.name
-    columns: dict[str, str | None] = {
-        "agent": agent.get("name") or info.get("name"),
+    metadata = {
+        "agent": agent.get("name") or _mapping(result.get("agent_info")).get("name"),
         "model": model,
         "model_provider": provider,
         "date": result.get("started_at"),
         "task": result.get("task_name"),
-        "run_id": (result.get("config") or {}).get("job_id") or trial_name,
+        "run_id": _mapping(result.get("config")).get("job_id") or trial_name,  # SkyRL: job_id is null
         "trial_name": trial_name,
-        "result": str(reward) if reward is not None else exception_type,
-        "instruction": next((m.content for m in messages if m.role == "user"), None),
-        "verifier_output": scrub(verifier_text) if verifier_parts else None,
     }
-    for key in ("agent", "model", "model_provider", "date", "task", "run_id", "trial_name"):
-        if columns[key] is not None:
-            columns[key] = scrub(str(columns[key]))
+    columns: dict[str, str | None] = {key: None if value is None else scrub(str(value))
+                                      for key, value in metadata.items()}
+    columns["result"] = str(reward) if reward is not None else exception_type
+    columns["instruction"] = next((m.content for m in messages if m.source == "user"), None)
+    columns["verifier_output"] = scrub(verifier_text) if verifier_parts else None
     return TrialRows(reward=reward, columns=columns, messages=messages)
 
 
@@ -1058,14 +1067,18 @@ def cli_main(argv: list[str]) -> int:
         return 0
     stage_root = Path(tempfile.mkdtemp(prefix="rlkeep-traces-"))
     stage = stage_root / "traces"
+    verified = False
     try:
         manifest = build_trace_dataset(args.job_dir, stage, **options)
         outcome = _publish(stage, args.repo_id, private=args.private, manifest=manifest)
+        verified = True
     except RlkeepError as error:
-        if (stage / MANIFEST_NAME).is_file():  # staged but not published: keep it for the operator
+        if (stage / MANIFEST_NAME).is_file():
             raise RlkeepError(f"{error} (staged export kept at {stage})") from error
-        shutil.rmtree(stage_root, ignore_errors=True)
         raise
-    shutil.rmtree(stage_root, ignore_errors=True)
+    finally:
+        # Staging is kept until the remote copy verified, so a failed publication can be inspected.
+        if verified or not (stage / MANIFEST_NAME).is_file():
+            shutil.rmtree(stage_root, ignore_errors=True)
     print(dumps({"status": "published", "repo_id": args.repo_id, **_summary(manifest), **outcome}), end="")
     return 0
