@@ -405,3 +405,26 @@ def test_surface_rows_hold_provenance_for_error_messages():
     surface = sample_surface()
     row = next(row for row in surface.rows if row["global_step"] == 2)
     assert (row["attempt"], row["source"], row["line"]) == ("rl-swe", "rl-swe.out", 9)
+
+
+def test_console_dict_on_the_header_line_and_eval_blocks_merge_into_the_step():
+    text = (f"{RAY}{E}[1mStep 3: {{'reward/avg_raw_reward': '0.5000', 'trainer/global_step': 3}}{E}[0m\n"
+            f"{RAY}{E}[1mStep 3: \n{RAY}{{'eval/all/avg_score': '0.2500',\n{RAY} 'trainer/global_step': 3}}{E}[0m\n")
+    parsed = parse_log(text, "inline.out")
+    assert parsed.serialization == "skyrl-console"
+    surface = build_surface([("a", "inline.out", text)])
+    assert surface.rows == [{"global_step": 3, "line": 2, "attempt": "a", "source": "inline.out",
+                             "reward/avg_raw_reward": 0.5, "eval/all/avg_score": 0.25, "trainer/global_step": 3}]
+    assert surface.superseded == []  # no value was overwritten, so nothing was replaced
+
+
+def test_mirror_lines_behind_iris_prefixes():
+    text = "".join(f"[17:05:4{step}] task=/benjaminfeuer/rl-qwen3-swe-v3/0 attempt=1 | {wandb_line(step, step / 4)}"
+                   for step in (1, 2))
+    parsed = parse_log(text, "iris.out")
+    assert parsed.serialization == "wandb-json" and reward_by_step(parsed.rows) == {1: 0.25, 2: 0.5}
+
+
+def test_a_dict_without_header_or_async_key_is_not_a_metric_block():
+    with pytest.raises(RlkeepError, match="no metric blocks found"):
+        detect_serialization(f"{RAY}{{'lr': 0.1, 'batch_size': 64}}\n{RAY}config: {{'a': 1}}\n", "cfg.out")

@@ -12,6 +12,9 @@ scanned once, in bounded memory, for every serialization rlkeep knows (formats.m
   long as it starts with ``async/`` and has ``trainer/global_step``.
 - ``json-lines``: one JSON object per line with a step key.
 
+The formats without a kind have no eval/train split: an eval block printed for a step merges
+into that step's row as ``eval/...`` columns (same-step blocks merge as wandb.log does).
+
 A file's serialization is the first present in that order; blocks of the others in the same
 file are ignored (a run that mirrors W&B and also logs to the console would otherwise count
 every step twice). ANSI colours, Ray actor prefixes and Iris ``job logs`` prefixes are
@@ -69,7 +72,7 @@ _IRIS_PREFIX = re.compile(r"\[\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\]((?: [A-Za-z_]+=\
 _RAY_PREFIX = re.compile(r"\((?:[^()\n]*\bpid=\d+[^()\n]*|raylet[^()\n]*)\) ")
 # both, in one match: group 1 the Iris tokens, group 2 the Ray prefix
 _LINE_PREFIX = re.compile(f"(?:{_IRIS_PREFIX.pattern})?({_RAY_PREFIX.pattern})?")
-_NOT_CONTINUATION = re.compile(r"^\S|\n(?!\s)", re.M)
+_NOT_CONTINUATION = re.compile(r"^(?!\s)", re.M)  # a line that is not an indented pprint continuation
 _RAY_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 
 _WANDB = re.compile(r"WANDB_MIRROR\s+kind=(?P<kind>\S+)\s+step=(?P<step>\d+)\s+metrics=(?P<json>.*)$")
@@ -94,10 +97,21 @@ def clean_line(raw: str) -> tuple[str, str]:
 
 # --------------------------------------------------------------------------- values
 
+def _to_number(text: str) -> float | None:
+    """float(text) for a numeric string ('0.3203', 'nan', '1e-06'), else None."""
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    # float() also takes '1_000' and surrounding spaces; only plain numerals count here
+    return number if _NUMERIC_STRING.fullmatch(text) else None
+
+
 def coerce_value(value: Any) -> Any:
     """Numeric strings (the console logger's '0.3203') become floats; everything else stays."""
-    if isinstance(value, str) and _NUMERIC_STRING.fullmatch(value.strip()):
-        return float(value)
+    if isinstance(value, str):
+        number = _to_number(value.strip())
+        return value if number is None else number
     return value
 
 
@@ -194,8 +208,7 @@ class _Scanner:
             self.saw_text = True
         start = len(self.context)
         buffer = self.context + self.carry + text
-        consumed = self._scan(buffer, start, final)
-        self.first_line += buffer.count("\n", start, consumed)
+        consumed, self.first_line = self._scan(buffer, start, final)
         self.carry = buffer[consumed:]
         self.context = _tail_lines(buffer, consumed, self.LOOKBACK_LINES, self.CONTEXT_CHARS)
 
@@ -232,16 +245,16 @@ class _Scanner:
         )
 
     # -- scanning
-    def _scan(self, buf: str, start: int, final: bool) -> int:
+    def _scan(self, buf: str, start: int, final: bool) -> tuple[int, int]:
         """Process every block that starts in buf[start:]; return where the unprocessed tail
-        starts (a block still open at the end of a non-final buffer)."""
+        starts (a block still open at the end of a non-final buffer) and its line number."""
         size = len(buf)
         position = start
         counted_pos, counted_line = start, self.first_line
         while True:
             brace = buf.find("{", position)
             if brace < 0:
-                return size
+                return size, counted_line + buf.count("\n", counted_pos, size)
             line_start = buf.rfind("\n", 0, brace) + 1
             line_end = buf.find("\n", brace)
             if line_end < 0:
@@ -250,7 +263,7 @@ class _Scanner:
             counted_pos = line_start
             outcome = self._classify(buf, line_start, brace, line_end, counted_line, final)
             if outcome is _INCOMPLETE:
-                return line_start
+                return line_start, counted_line
             position = max(line_end, outcome or 0) + 1
 
     def _classify(self, buf: str, start: int, brace: int, end: int, line: int, final: bool) -> Any:
@@ -297,15 +310,16 @@ class _Scanner:
 
     def _make_row(self, serialization: str, metrics: dict[str, Any], default_step: int | None,
                   line: int) -> dict[str, Any] | None:
-        values: dict[str, Any] = {}
-        numeric = _NUMERIC_STRING.fullmatch
+        if not all(key.__class__ is str for key in metrics):
+            bad = next(key for key in metrics if not isinstance(key, str))
+            self._problem(serialization, line, f"metric key {bad!r} is not a string")
+            return None
+        values = metrics  # freshly parsed for this row: coerced in place
         for key, value in metrics.items():
-            if key.__class__ is not str:
-                self._problem(serialization, line, f"metric key {key!r} is not a string")
-                return None
-            if value.__class__ is str and numeric(value):
-                value = float(value)
-            values[key] = value
+            if value.__class__ is str:
+                number = _to_number(value)
+                if number is not None:
+                    values[key] = number
         step: Any = default_step
         for key in STEP_KEYS:
             if key in values:
@@ -328,7 +342,9 @@ class _Scanner:
 
     def _wandb_line(self, buf: str, end: int, line: int, raw: str) -> int | None:
         _, text = clean_line(raw)
-        match = _WANDB.search(_RAY_REPEATED.sub("", text))
+        if text.endswith("cluster]"):
+            text = _RAY_REPEATED.sub("", text)
+        match = _WANDB.search(text)
         if not match:
             return None
         self.present.add("wandb-json")
@@ -352,7 +368,9 @@ class _Scanner:
         return end
 
     def _json_line(self, text: str, end: int, line: int) -> int | None:
-        text = _RAY_REPEATED.sub("", text).strip()
+        if text.endswith("cluster]"):
+            text = _RAY_REPEATED.sub("", text)
+        text = text.strip()
         if not text.endswith("}"):
             return None
         try:
