@@ -443,6 +443,7 @@ def sibling(path: str, entry: dict[str, Any], with_blobs: bool) -> dict[str, Any
 
 class HubHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out as separate writes on kept-alive connections
     server: "_HTTPServer"
 
     # -- plumbing -------------------------------------------------------------------------------
@@ -472,11 +473,11 @@ class HubHandler(BaseHTTPRequestHandler):
         split = urlsplit(self.path)
         self.raw_path, self.query = split.path, parse_qs(split.query)
         self.segments = split_raw_path(self.raw_path)
-        kind = "unknown"
+        self.kind, self.logged = "unknown", False
         try:
-            route, kind = self._route()
-            self._check_auth(kind)
-            self.hub._take_fault(kind)
+            route, self.kind = self._route()
+            self._check_auth(self.kind)
+            self.hub._take_fault(self.kind)
             route()
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client went away mid-response
@@ -489,7 +490,15 @@ class HubHandler(BaseHTTPRequestHandler):
                 self._drain_body()
                 self._send_error(error)
         finally:
-            self.hub._log_request(method, self.raw_path, self.status_sent, kind)
+            if not self.logged:  # no answer went out (the client vanished first)
+                self.hub._log_request(method, self.raw_path, 0, self.kind)
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        # Log before any byte of the answer leaves: a client that saw the answer finds it in the log.
+        if not getattr(self, "logged", True):  # errors raised by http.server before _handle are not logged
+            self.hub._log_request(self.method, self.raw_path, code, self.kind)
+            self.logged = True
+        super().send_response(code, message)
 
     def _base_url(self) -> str:
         return f"http://{self.headers.get('Host') or self.hub.host_port}"
