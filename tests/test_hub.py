@@ -9,7 +9,7 @@ import string
 from pathlib import Path
 
 import pytest
-from huggingface_hub import CommitOperationAdd, HfApi, constants
+from huggingface_hub import HfApi, constants
 
 from rlkeep.devserver.hub import LFS_SIZE_THRESHOLD
 from rlkeep.errors import RlkeepError

@@ -37,7 +37,6 @@ import secrets
 import shutil
 import signal
 import threading
-import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -468,7 +467,6 @@ class HubHandler(BaseHTTPRequestHandler):
     def _handle(self, method: str) -> None:
         self.hub: HubServer = self.server.hub
         self.method = method
-        self.status_sent = 0
         self.body_consumed = False
         split = urlsplit(self.path)
         self.raw_path, self.query = split.path, parse_qs(split.query)
@@ -484,7 +482,7 @@ class HubHandler(BaseHTTPRequestHandler):
         except Exception as error:  # a HubError, or a server bug: answer, never hang the client
             if not isinstance(error, HubError):
                 error = HubError(500, f"internal error: {type(error).__name__}: {error}")
-            if self.status_sent:  # headers already went out: the only honest signal is a cut connection
+            if self.logged:  # the answer has started: the only honest signal left is a cut connection
                 self.close_connection = True
             else:
                 self._drain_body()
@@ -557,7 +555,6 @@ class HubHandler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.method != "HEAD":
             self.wfile.write(body)
-        self.status_sent = status
 
     def _send_json(self, obj: Any, status: int = 200, headers: dict[str, str] | None = None,
                    content_type: str = "application/json") -> None:
@@ -971,7 +968,6 @@ class HubHandler(BaseHTTPRequestHandler):
         for name, value in headers.items():
             self.send_header(name, value)
         self.end_headers()
-        self.status_sent = status
         if self.method == "HEAD":
             return
         with open(self.hub.store.content_path(ref, entry), "rb") as handle:
