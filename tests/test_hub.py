@@ -20,6 +20,7 @@ from rlkeep.hub import (
 from tests.support.hub import hub_server, no_client_backoff, stored_blobs
 
 __all__ = ["hub_server", "no_client_backoff"]  # fixtures used below
+pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>':DeprecationWarning")  # httpx2 on LFS PUT
 
 CARD = """---
 license: apache-2.0
@@ -96,7 +97,7 @@ def test_publish_model_round_trip_with_lfs_weights(hub_server, tmp_path: Path) -
     before = tree_state(stage)
     result = publish_model(stage, "laion/rl-model", private=True, commit_message="Publish rl-model",
                            **hub_kwargs(hub_server))
-    assert result["created"] is True and result["no_op"] is False
+    assert result["created"] is True and result["no_op"] is False and result["private"] is True
     assert result["files"] == sorted(model_files())
     api = HfApi(endpoint=hub_server.url, token=hub_server.token)
     info = api.repo_info("laion/rl-model", files_metadata=True)
@@ -308,7 +309,7 @@ def test_replace_trace_shards_deletes_only_stale_train_shards_in_one_commit(hub_
     api = HfApi(endpoint=hub_server.url, token=hub_server.token)
     first = replace_trace_shards(stage_traces(tmp_path / "v1", 3), "laion/traces", private=True,
                                  commit_message="Replace trace export", **hub_kwargs(hub_server))
-    assert first["created"] is True and first["deleted"] == []
+    assert first["created"] is True and first["deleted"] == [] and first["private"] is True
     hub_server.edit_file("laion/traces", "README.md", b"# dataset card by a colleague\n", repo_type="dataset")
     hub_server.edit_file("laion/traces", "data/extra-notes.parquet", b"\0kept", repo_type="dataset")
     commits_before = len(api.list_repo_commits("laion/traces", repo_type="dataset"))

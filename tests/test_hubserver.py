@@ -19,6 +19,7 @@ from rlkeep.devserver.hub import (
 from tests.support.hub import hub_server, new_token, no_client_backoff, running_hub, start_hub_process, stored_blobs
 
 __all__ = ["hub_server", "no_client_backoff"]  # fixtures used below
+pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>':DeprecationWarning")  # httpx2 on LFS PUT
 
 
 @pytest.fixture(autouse=True)

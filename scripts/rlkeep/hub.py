@@ -357,8 +357,12 @@ def _status(error: BaseException) -> int | None:
     return http_error.response.status_code if http_error is not None else None
 
 
-def ensure_repo(api: HfApi, target: HubTarget, repo_id: str, repo_type: str, private: bool) -> bool:
-    """Create the repo when absent (True) or reuse it (False); refuse a public repo for a private publication."""
+def ensure_repo(api: HfApi, target: HubTarget, repo_id: str, repo_type: str, private: bool) -> tuple[bool, bool]:
+    """Create the repo when absent or reuse it; refuse a public repo for a private publication.
+
+    Returns (created, private as the Hub reports it): a repo that is private although the
+    record allows public stays private (the safer way round), and the evidence says so.
+    """
     created = True
     with hub_step(target, repo_type, repo_id, "repo creation"):
         try:
@@ -373,7 +377,7 @@ def ensure_repo(api: HfApi, target: HubTarget, repo_id: str, repo_type: str, pri
         raise RlkeepError(f"{repo_type} repo {repo_id} at {target.endpoint} exists and is public, but the record "
                           f"asks for a private publication; nothing was uploaded (make the repo private or change "
                           f"publish.private)")
-    return created
+    return created, bool(info.private)
 
 
 def head_of(api: HfApi, target: HubTarget, repo_id: str, repo_type: str) -> str:
@@ -397,8 +401,8 @@ def publish_model(stage_dir: Path, repo_id: str, *, private: bool, endpoint: str
                   token: str | None = None, commit_message: str) -> dict[str, Any]:
     """Upload the staged model tree additively (remote files absent from staging stay).
 
-    Returns {"repo_id", "repo_type", "commit", "created", "no_op", "files"}; no_op means the Hub
-    already held every staged file and no commit was made.
+    Returns {"repo_id", "repo_type", "commit", "created", "private", "no_op", "files"}; no_op
+    means the Hub already held every staged file and no commit was made.
     """
     stage_dir = Path(stage_dir)
     _require_dir(stage_dir, "model staging")
@@ -408,7 +412,7 @@ def publish_model(stage_dir: Path, repo_id: str, *, private: bool, endpoint: str
         raise RlkeepError(f"{stage_dir}: model staging holds no file to publish")
     target = resolve_target(endpoint, token)
     api = target.api()
-    created = ensure_repo(api, target, repo_id, "model", private)
+    created, is_private = ensure_repo(api, target, repo_id, "model", private)
     head = head_of(api, target, repo_id, "model")
     note = f"Staging {stage_dir} is untouched; rerunning resumes (uploaded objects are reused)"
     with hub_step(target, "model", repo_id, "upload", note):
@@ -416,7 +420,7 @@ def publish_model(stage_dir: Path, repo_id: str, *, private: bool, endpoint: str
                                  commit_message=commit_message, ignore_patterns=list(UPLOAD_IGNORE_PATTERNS),
                                  parent_commit=head)
     return {"repo_id": repo_id, "repo_type": "model", "commit": info.oid, "created": created,
-            "no_op": info.oid == head, "files": sorted(files)}
+            "private": is_private, "no_op": info.oid == head, "files": sorted(files)}
 
 
 def download_fresh(repo_id: str, dest: Path, *, repo_type: str, revision: str, endpoint: str | None = None,
@@ -528,7 +532,7 @@ def replace_trace_shards(stage_dir: Path, repo_id: str, *, private: bool, endpoi
     check_repo_id(repo_id)
     target = resolve_target(endpoint, token)
     api = target.api()
-    created = ensure_repo(api, target, repo_id, "dataset", private)
+    created, is_private = ensure_repo(api, target, repo_id, "dataset", private)
     head = head_of(api, target, repo_id, "dataset")
     with hub_step(target, "dataset", repo_id, "file listing"):
         remote = api.list_repo_files(repo_id, repo_type="dataset", revision=head)
@@ -542,7 +546,7 @@ def replace_trace_shards(stage_dir: Path, repo_id: str, *, private: bool, endpoi
         info = api.create_commit(repo_id, operations, commit_message=commit_message, repo_type="dataset",
                                  parent_commit=head)
     return {"repo_id": repo_id, "repo_type": "dataset", "commit": info.oid, "created": created,
-            "no_op": info.oid == head, "uploaded": uploads, "deleted": stale}
+            "private": is_private, "no_op": info.oid == head, "uploaded": uploads, "deleted": stale}
 
 
 def verify_trace_publication(stage_dir: Path, repo_id: str, commit: str, *, endpoint: str | None = None,
