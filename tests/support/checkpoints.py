@@ -19,6 +19,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -363,7 +364,9 @@ def write_megatron_checkpoint(step_dir: str | os.PathLike[str], *, config: Mappi
         model[f"{prefix}.mlp.linear_fc2.weight"] = torch.randn(hidden, inter, generator=generator)
     policy = Path(step_dir) / "policy"
     policy.mkdir(parents=True, exist_ok=True)
-    dcp.save({"model": {k: v.to(torch.bfloat16) for k, v in model.items()}}, checkpoint_id=str(policy))
+    with warnings.catch_warnings():  # "assuming the intent is to save in a single process": it is
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.save({"model": {k: v.to(torch.bfloat16) for k, v in model.items()}}, checkpoint_id=str(policy))
     _write_json(policy / "metadata.json", {"sharded_backend": "torch_dist", "sharded_backend_version": 1,
                                            "common_backend": "torch", "common_backend_version": 1})
     torch.save({"checkpoint_version": 3.0, "num_floating_point_operations_so_far": 0}, policy / "common.pt")
