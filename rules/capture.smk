@@ -3,14 +3,13 @@
 
 
 rule capture_chain:
-    input:
-        record=get_record_file,
     output:
         chain="{job}/chain.json",
     log:
         "{job}/logs/capture_chain.log",
     params:
         run="rlkeep.scheduler:capture_chain",
+        settings=get_chain_settings,
     script:
         RUN_STEP
 

@@ -45,13 +45,21 @@ def get_all_done_targets():
     return [f"{job}/DONE" for job in jobs]
 
 
-def get_record_file(wildcards):
-    """Input of the first step of a job: the record itself (its edits rerun what depends on them)."""
-    get_record(wildcards.job)
-    return str(record_path(RECORDS_DIR, wildcards.job))
-
-
 ##### settings handed to steps (params, so a change reruns what it affects) #####
+
+
+def get_chain_settings(wildcards):
+    """Only what defines the chain: editing anything else in a record never redoes the sync."""
+    record = get_record(wildcards.job)
+    return {"chain": list(record.chain), "scheduler": record.scheduler, "cluster": record.cluster}
+
+
+def get_record_digest(wildcards):
+    """The completion record restates the whole record: any edit rewrites DONE, and only DONE."""
+    import hashlib
+
+    text = record_path(RECORDS_DIR, wildcards.job).read_bytes()
+    return {"record_sha256": hashlib.sha256(text).hexdigest()}
 
 
 def get_sync_settings(kind):

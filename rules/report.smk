@@ -12,5 +12,6 @@ rule done:
         "{job}/logs/done.log",
     params:
         run="rlkeep.report:write_done",
+        settings=get_record_digest,
     script:
         RUN_STEP

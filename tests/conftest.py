@@ -107,3 +107,20 @@ def run_snakemake(data_root: Path, *targets: str, extra: tuple[str, ...] = (), c
         command += ["--config", *config]
     return subprocess.run(command, cwd=data_root, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
+
+
+def seed_example(data_root: Path, bucket: str, iris: IrisStandin, *, job: str = "rl-demo", n_trials: int = 24,
+                 record_overrides: dict | None = None, **example_options):
+    """A generated finished run uploaded to the real S3 server, its record and Iris state."""
+    from rlkeep.example import iris_state, write_example_run
+    from rlkeep.storage import open_store, upload_tree
+
+    run = write_example_run(data_root.parent / f"example-{job}", job=job, user="demo", n_trials=n_trials,
+                            large_result_mb=0.5, large_pane_mb=0.3, **example_options)
+    store_url = f"s3://{bucket}/iris/{job}"
+    upload_tree(run.root, open_store(store_url))
+    record = run.record(store_url=store_url, scheduler="iris", cluster="cw-test")
+    record.update(record_overrides or {})
+    write_record(data_root, record)
+    iris.write_state(iris_state(run))
+    return run, record

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.conftest import run_snakemake, write_record
+from tests.conftest import run_snakemake, seed_example, write_record
 
 RECORD = {
     "job": "rl-demo",
@@ -38,12 +38,14 @@ def test_dry_run_prints_the_plan_without_calls_or_writes(data_root: Path, iris) 
     assert not (data_root / "rl-demo").exists()
 
 
-def test_run_stops_exact_pending_retry_writes_done_and_rerun_is_a_no_op(data_root: Path, iris) -> None:
-    write_record(data_root, RECORD)
-    iris.write_state(iris_jobs())
+def test_run_stops_exact_pending_retry_writes_done_and_rerun_is_a_no_op(data_root: Path, bucket: str, iris) -> None:
+    seed_example(data_root, bucket, iris)
     result = run_snakemake(data_root, "rl-demo/DONE")
     assert result.returncode == 0, result.stderr
     assert iris.stop_calls() == [["--cluster=cw-test", "job", "stop", "/demo/rl-demo-r1", "--no-include-children"]]
+    states = {job_id: job["state"] for job_id, job in iris.state()["jobs"].items()}
+    assert states["/demo/rl-demo-r1"] == "killed"
+    assert [state for job_id, state in states.items() if job_id != "/demo/rl-demo-r1"].count("killed") == 0
     chain = json.loads((data_root / "rl-demo/chain.json").read_text())
     assert [a["state"] for a in chain["attempts"]] == ["failed", "pending"]
     retries = json.loads((data_root / "rl-demo/retries.json").read_text())
@@ -51,7 +53,8 @@ def test_run_stops_exact_pending_retry_writes_done_and_rerun_is_a_no_op(data_roo
     assert [s["id"] for s in retries["stopped"]] == ["/demo/rl-demo-r1"]
     done = json.loads((data_root / "rl-demo/DONE").read_text())
     assert done["job"] == "rl-demo" and done["retries_stopped"] == ["/demo/rl-demo-r1"]
-    assert done["steps"]["capture_chain"] == "completed"
+    assert done["terminal_state"].startswith("killed")
+    assert all(status in {"completed", "not_applicable"} for status in done["steps"].values())
     assert "## Steps" in (data_root / "rl-demo/REPORT.md").read_text()
 
     calls_before = len(iris.calls())
@@ -59,6 +62,19 @@ def test_run_stops_exact_pending_retry_writes_done_and_rerun_is_a_no_op(data_roo
     assert again.returncode == 0
     assert "Nothing to be done" in again.stdout + again.stderr
     assert len(iris.calls()) == calls_before
+
+
+def test_editing_an_unrelated_record_field_reruns_only_done(data_root: Path, bucket: str, iris) -> None:
+    seed_example(data_root, bucket, iris)
+    assert run_snakemake(data_root, "rl-demo/DONE").returncode == 0
+    record_file = data_root / "records/rl-demo.yaml"
+    record_file.write_text(record_file.read_text().replace("tracker_url: https://", "tracker_url: http://"))
+    result = run_snakemake(data_root, "rl-demo/DONE")
+    assert result.returncode == 0, result.stderr
+    ran = [line.split()[-1].rstrip(":") for line in (result.stdout + result.stderr).splitlines()
+           if line.strip().startswith(("rule ", "localrule "))]
+    assert ran == ["done"]
+    assert json.loads((data_root / "rl-demo/DONE").read_text())["tracker_url"].startswith("http://")
 
 
 def test_bad_record_fails_before_any_work_naming_file_and_field(data_root: Path, iris) -> None:
@@ -71,9 +87,8 @@ def test_bad_record_fails_before_any_work_naming_file_and_field(data_root: Path,
     assert not (data_root / "rl-demo").exists()
 
 
-def test_blocked_step_is_named_in_status_json(data_root: Path, iris, monkeypatch) -> None:
-    write_record(data_root, RECORD)
-    iris.write_state(iris_jobs())
+def test_blocked_step_is_named_in_status_json(data_root: Path, bucket: str, iris, monkeypatch) -> None:
+    seed_example(data_root, bucket, iris)
     monkeypatch.setenv("IRIS_STANDIN_FAIL", "summary")
     result = run_snakemake(data_root, "rl-demo/DONE")
     assert result.returncode != 0

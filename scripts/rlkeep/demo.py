@@ -80,7 +80,10 @@ def run_demo(data_root: Path) -> int:
         seeded = seed_store(services, env)
         records = data_root / "records"
         records.mkdir(exist_ok=True)
-        (records / f"{JOB}.yaml").write_text(yaml.safe_dump(seeded["record"], sort_keys=False))
+        record_file = records / f"{JOB}.yaml"
+        record_text = yaml.safe_dump(seeded["record"], sort_keys=False)
+        if not record_file.is_file() or record_file.read_text() != record_text:
+            record_file.write_text(record_text)
         bin_dir = install_executable(services / "bin").parent
         env["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
         print(f"rlkeep demo: store {seeded['store']} ({seeded['objects']} objects) on {s3.endpoint}, Hub on {hub.url}")

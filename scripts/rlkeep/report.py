@@ -81,11 +81,16 @@ def rlkeep_revision() -> str:
     return result.stdout.strip() if result.returncode == 0 else "unknown"
 
 
-def terminal_state(chain: dict[str, Any]) -> str:
+def terminal_state(chain: dict[str, Any], retries: dict[str, Any]) -> str:
+    """The last attempt's state once this run's pending retries were stopped."""
     attempts = chain.get("attempts", [])
     if not attempts:
         return "unknown"
-    return str(attempts[-1].get("state", "unknown"))
+    last = attempts[-1]
+    stopped = {entry["id"]: entry["state_after"] for entry in retries.get("stopped", [])}
+    if last["id"] in stopped:
+        return f"{stopped[last['id']]} (pending retry stopped by rlkeep)"
+    return str(last.get("state", "unknown"))
 
 
 def build_completion_record(job_dir: Path, record: JobRecord) -> dict[str, Any]:
@@ -99,7 +104,7 @@ def build_completion_record(job_dir: Path, record: JobRecord) -> dict[str, Any]:
     ]
     return {
         "job": record.job,
-        "terminal_state": terminal_state(chain),
+        "terminal_state": terminal_state(chain, retries),
         "source_revision": {"rlkeep": rlkeep_revision()},
         "chain": [a["id"] for a in chain.get("attempts", [])],
         "retries_stopped": [s["id"] for s in retries.get("stopped", [])],
