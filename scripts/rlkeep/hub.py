@@ -457,7 +457,8 @@ def _history_problems(api: HfApi, target: HubTarget, repo_id: str, repo_type: st
 
 def _finding_text(finding: Any) -> str:
     """Where a redaction finding is, never what it is."""
-    return f"{getattr(finding, 'path', '?')}:{getattr(finding, 'line', '?')} ({getattr(finding, 'shape', '?')})"
+    kind = getattr(finding, "kind", None) or getattr(finding, "shape", "?")
+    return f"{getattr(finding, 'path', '?')}:{getattr(finding, 'line', '?')} ({kind})"
 
 
 def verify_model_publication(stage_dir: Path, repo_id: str, commit: str, work_dir: Path, *, redactor: Any,
@@ -481,7 +482,8 @@ def verify_model_publication(stage_dir: Path, repo_id: str, commit: str, work_di
     download_dir = Path(tempfile.mkdtemp(prefix=f"model-{head[:12]}-", dir=work_dir))
     download_fresh(repo_id, download_dir, repo_type="model", revision=head, endpoint=target.endpoint,
                    token=target.token)
-    findings = list(redact_tree(download_dir, redactor, check=True).findings)
+    redaction = redact_tree(download_dir, redactor, check=True)
+    findings = list(redaction.findings)
     if findings:
         shown = ", ".join(_finding_text(finding) for finding in findings[:20])
         problems.append(f"redaction check: {len(findings)} credential-shaped finding(s) in the download: {shown}")
@@ -497,6 +499,8 @@ def verify_model_publication(stage_dir: Path, repo_id: str, commit: str, work_di
         "url": f"{target.endpoint}/{repo_id}", "download_dir": str(download_dir),
         "files": [{"path": rel, "size": d.size, "sha256": d.sha256} for rel, d in sorted(remote.items())],
         "remote_extras": sorted(remote.keys() & ALLOWED_REMOTE_EXTRAS), "redaction_findings": 0,
+        "redaction_files_scanned": getattr(redaction, "files_scanned", None),
+        "redaction_files_skipped": [list(item) for item in getattr(redaction, "files_skipped", [])],
         "publication_problems": 0,
         "checks": ["fresh download", "redaction check", "check-publication", "download equals staging"],
     }
