@@ -118,7 +118,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="200 MB instead of 2 GB")
     parser.add_argument("--dir", type=Path, default=None, help="scratch directory on the disk to measure")
     parser.add_argument("--trials", type=int, default=None)
+    parser.add_argument("--write-source", nargs=2, metavar=("DIR", "BYTES"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.write_source:
+        print(json.dumps(write_source(Path(args.write_source[0]), int(args.write_source[1]))))
+        return
     total = 200 * MB if args.quick else 2000 * MB
     trials = args.trials or (2 if args.quick else 3)
 
@@ -126,7 +130,11 @@ def main() -> None:
     try:
         source = scratch / "source"
         source.mkdir()
-        source_bytes, largest = write_source(source, total)
+        # Generated in a child: the parent stays small, since a forked child's ru_maxrss starts
+        # from the parent's resident size.
+        made = subprocess.run([sys.executable, __file__, "--write-source", str(source), str(total)],
+                              check=True, capture_output=True, text=True)
+        source_bytes, largest = json.loads(made.stdout)
         shards = sorted(source.glob("*.safetensors"))
         max_shard_bytes = -(-total // 3) + total // 50  # 4 shards in -> 3 shards out
         cp_s, cp_fsync_s, consolidate_s, rss = [], [], [], []
