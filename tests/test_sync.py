@@ -178,3 +178,35 @@ def test_logs_sync_takes_full_logs_from_iris(tmp_path: Path, bucket: str, iris) 
 def test_empty_trace_prefix_is_a_clear_error(tmp_path: Path, bucket: str) -> None:
     with pytest.raises(RlkeepError, match=r"trace_jobs: no trace objects under this prefix"):
         sync_traces(context(tmp_path, bucket))
+
+
+def test_transfer_policy_stops_an_oversized_sync_unless_allowed_for_this_job(tmp_path: Path, bucket: str) -> None:
+    store = open_store(f"s3://{bucket}/iris/rl-demo")
+    tree = trace_tree(5)
+    put_all(store, tree, "trace_jobs/")
+    total = sum(len(v) for v in tree.values())
+    ctx = context(tmp_path, bucket, settings={**SETTINGS, "exclude": []})
+    ctx.config = {"policy": {"max_transfer_bytes": total - 1}}
+    with pytest.raises(RlkeepError, match=rf"{total:,} bytes is over policy.max_transfer_bytes = {total - 1:,}.*"
+                                          r"--config allow_transfer=rl-demo"):
+        sync_traces(ctx)
+    assert not ctx.outputs["tar"].exists()
+    ctx.config["allow_transfer"] = "another-job"
+    with pytest.raises(RlkeepError, match="over policy.max_transfer_bytes"):
+        sync_traces(ctx)
+    ctx.config["allow_transfer"] = "rl-demo"
+    sync_traces(ctx)
+    assert json.loads(ctx.outputs["manifest"].read_text())["objects_synced"] == len(tree)
+
+
+def test_cross_region_transfer_needs_the_allowance() -> None:
+    from rlkeep.steps import check_transfer
+
+    ctx = StepContext(job="j", record=None, data_root=Path("."), inputs={}, outputs={},  # type: ignore[arg-type]
+                      config={"policy": {"max_transfer_bytes": 10**12}})
+    check_transfer(ctx, nbytes=10, what="x", source_region="us-east-02a", dest_region="us-east-02a")
+    check_transfer(ctx, nbytes=10, what="x", source_region=None, dest_region="us-west")
+    with pytest.raises(RlkeepError, match=r"crosses regions \(us-east-02a -> rno2a\)"):
+        check_transfer(ctx, nbytes=10, what="x", source_region="us-east-02a", dest_region="rno2a")
+    ctx.config["allow_transfer"] = "j"
+    check_transfer(ctx, nbytes=10, what="x", source_region="us-east-02a", dest_region="rno2a")

@@ -169,3 +169,24 @@ def settings_of(ctx: StepContext, key: str, default: Any) -> Any:
             return default
         value = value[part]
     return value
+
+
+def check_transfer(ctx: StepContext, *, nbytes: int, what: str, source_region: str | None = None,
+                   dest_region: str | None = None) -> None:
+    """Stop a large or cross-region transfer before it starts, unless this invocation allows it.
+
+    The allowance is `--config allow_transfer=<job>` for exactly this job (CONTRACT.md section 6).
+    """
+    if ctx.authorized("allow_transfer"):
+        return
+    limit = int(ctx.config.get("policy", {}).get("max_transfer_bytes", 0) or 0)
+    if limit and nbytes > limit:
+        raise RlkeepError(
+            f"{what}: {nbytes:,} bytes is over policy.max_transfer_bytes = {limit:,}; nothing was transferred. "
+            f"To allow it for this job only, rerun with --config allow_transfer={ctx.job}"
+        )
+    if source_region and dest_region and source_region != dest_region:
+        raise RlkeepError(
+            f"{what}: crosses regions ({source_region} -> {dest_region}); nothing was transferred. "
+            f"To allow it for this job only, rerun with --config allow_transfer={ctx.job}"
+        )
