@@ -21,6 +21,7 @@ from rlkeep.metrics import (
     numeric_series,
     parse_log,
     parse_log_file,
+    parse_log_stream,
     trials_from_results,
     write_outputs,
 )
@@ -133,6 +134,16 @@ def test_streaming_in_tiny_chunks_matches_whole_text(name):
     assert repr(streamed.rows) == repr(whole.rows)  # repr: NaN != NaN
     assert streamed.serialization == whole.serialization
     assert streamed.eval_rows == whole.eval_rows
+
+
+@pytest.mark.parametrize("name", ["skyrl_console.out", "iris_console.out", "wandb_mirror.out", "python_dict.out"])
+def test_a_stream_split_anywhere_parses_the_same(name):
+    data = (LOGS / name).read_bytes() + "(skyrl_entrypoint pid=2211) ünïcode nöise ✓\n".encode()
+    whole = parse_log(data.decode(), name)
+    for size in (1, 7, 64, 333):
+        chunks = [data[i:i + size] for i in range(0, len(data), size)]
+        streamed = parse_log_stream(iter(chunks), name)
+        assert repr(streamed.rows) == repr(whole.rows), size
 
 
 def test_blocks_far_apart_in_a_large_file_keep_their_line_numbers(tmp_path):

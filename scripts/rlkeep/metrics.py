@@ -150,8 +150,8 @@ def parse_python_dict(text: str) -> dict[str, Any]:
         if isinstance(value, dict):
             return value
     value = _literal(ast.parse(text.strip(), mode="eval").body)
-    if not isinstance(value, dict):
-        raise ValueError("not a dict")
+    if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
+        raise ValueError("not a dict with str keys")
     return value
 
 
@@ -177,12 +177,12 @@ _INCOMPLETE = object()  # a block runs past the end of the buffer: read more, th
 
 
 class _Scanner:
-    """Finds metric blocks in a log fed in newline-terminated chunks.
+    """Finds metric blocks in a log fed as bytes, in chunks of any size.
 
     Every serialization puts a ``{`` on the line where its metrics start (``metrics={``, the
     first line of a printed dict, a JSON line), and ``{`` is rare in trainer noise, so the
-    scan is one ``str.find("{")`` (memchr speed) per candidate line; only those lines are
-    cleaned and classified. A console dict's ``Step N:`` header is found by looking back
+    scan is one ``bytes.find(b"{")`` (memchr speed) per candidate line; only those lines are
+    decoded, cleaned and classified (noise is never decoded). A console dict's ``Step N:`` header is found by looking back
     at the previous line of the same process. Rows of every serialization are kept until the
     end, where the file's serialization is chosen (see the module docstring).
     """
@@ -197,24 +197,29 @@ class _Scanner:
         self.present: set[str] = set()
         self.problems: dict[str, list[tuple[int, str]]] = {name: [] for name in SERIALIZATIONS}
         self.other_kinds: Counter[str] = Counter()
-        self.first_line = 1   # line number of the first unscanned character
-        self.context = ""     # a few already-scanned lines before it, for header look-back
-        self.carry = ""       # unscanned text held back (a block still open at the chunk end)
+        self.first_line = 1   # line number of the first unscanned byte
+        self.context = b""    # a few already-scanned lines before it, for header look-back
+        self.carry = b""      # unscanned bytes held back (a partial line, or a block still open)
+        self.limit = 0        # end of the scannable part of the current buffer (after a newline)
         self.saw_text = False
 
     # -- feeding
-    def feed(self, text: str, final: bool = False) -> None:
-        if not self.saw_text and text.strip():
+    def feed(self, data: bytes, final: bool = False) -> None:
+        if not self.saw_text and data.strip():
             self.saw_text = True
         start = len(self.context)
-        buffer = self.context + self.carry + text
+        buffer = self.context + self.carry + data
+        self.limit = len(buffer) if final else buffer.rfind(b"\n", start) + 1
+        if self.limit <= start:  # not one complete line yet
+            self.carry = buffer[start:]
+            return
         consumed, self.first_line = self._scan(buffer, start, final)
         self.carry = buffer[consumed:]
         self.context = _tail_lines(buffer, consumed, self.LOOKBACK_LINES, self.CONTEXT_CHARS)
 
     def finish(self) -> ParsedLog:
         if self.carry:
-            self.feed("", final=True)
+            self.feed(b"", final=True)
         if not self.saw_text:
             raise MetricsError(f"{self.source}: trainer log is empty")
         chosen = next((name for name in SERIALIZATIONS if name in self.present), None)
@@ -248,18 +253,18 @@ class _Scanner:
     def _scan(self, buf: str, start: int, final: bool) -> tuple[int, int]:
         """Process every block that starts in buf[start:]; return where the unprocessed tail
         starts (a block still open at the end of a non-final buffer) and its line number."""
-        size = len(buf)
+        size = self.limit
         position = start
         counted_pos, counted_line = start, self.first_line
         while True:
-            brace = buf.find("{", position)
+            brace = buf.find(b"{", position, size)
             if brace < 0:
-                return size, counted_line + buf.count("\n", counted_pos, size)
-            line_start = buf.rfind("\n", 0, brace) + 1
-            line_end = buf.find("\n", brace)
+                return size, counted_line + buf.count(b"\n", counted_pos, size)
+            line_start = buf.rfind(b"\n", 0, brace) + 1
+            line_end = buf.find(b"\n", brace, size)
             if line_end < 0:
                 line_end = size
-            counted_line += buf.count("\n", counted_pos, line_start)
+            counted_line += buf.count(b"\n", counted_pos, line_start)
             counted_pos = line_start
             outcome = self._classify(buf, line_start, brace, line_end, counted_line, final)
             if outcome is _INCOMPLETE:
@@ -269,9 +274,10 @@ class _Scanner:
     def _classify(self, buf: str, start: int, brace: int, end: int, line: int, final: bool) -> Any:
         """Hand the line holding a '{' to the parser of its serialization; returns the end
         offset of what was consumed, None when the line holds no metrics, or _INCOMPLETE."""
-        if buf.find("WANDB_MIRROR", start, brace) >= 0:
-            return self._wandb_line(buf, end, line, buf[start:end])
-        origin, text = clean_line(buf[start:end])
+        raw = buf[start:end].decode("utf-8", "replace")
+        if buf.find(b"WANDB_MIRROR", start, brace) >= 0:
+            return self._wandb_line(end, line, raw)
+        origin, text = clean_line(raw)
         if text.startswith("{"):
             header = self._header_before(buf, start, origin)
             if header is not None:
@@ -296,8 +302,8 @@ class _Scanner:
         for lines_back in range(1, self.LOOKBACK_LINES + 1):
             if end < 0:
                 return None
-            start = buf.rfind("\n", 0, end) + 1
-            line_origin, text = clean_line(buf[start:end])
+            start = buf.rfind(b"\n", 0, end) + 1
+            line_origin, text = clean_line(buf[start:end].decode("utf-8", "replace"))
             if line_origin == origin:
                 header = _STEP_HEADER.search(text)
                 return (int(header.group(1)), lines_back) if header else None
@@ -310,15 +316,15 @@ class _Scanner:
 
     def _make_row(self, serialization: str, metrics: dict[str, Any], default_step: int | None,
                   line: int) -> dict[str, Any] | None:
-        if not all(key.__class__ is str for key in metrics):
-            bad = next(key for key in metrics if not isinstance(key, str))
-            self._problem(serialization, line, f"metric key {bad!r} is not a string")
-            return None
         values = metrics  # freshly parsed for this row: coerced in place
+        numeric = _NUMERIC_STRING.fullmatch
         for key, value in metrics.items():
             if value.__class__ is str:
-                number = _to_number(value)
-                if number is not None:
+                try:
+                    number = float(value)
+                except ValueError:
+                    continue
+                if numeric(value):  # float() also takes '1_000' and padded text
                     values[key] = number
         step: Any = default_step
         for key in STEP_KEYS:
@@ -340,11 +346,12 @@ class _Scanner:
             return None
         return {"global_step": step, "line": line, **values}
 
-    def _wandb_line(self, buf: str, end: int, line: int, raw: str) -> int | None:
-        _, text = clean_line(raw)
-        if text.endswith("cluster]"):
-            text = _RAY_REPEATED.sub("", text)
-        match = _WANDB.search(text)
+    def _wandb_line(self, end: int, line: int, raw: str) -> int | None:
+        # Only the part from WANDB_MIRROR on matters; ANSI codes can only trail the JSON
+        # (json.dumps escapes ESC), so cut after the last '}' instead of cleaning the line.
+        tail = raw[raw.find("WANDB_MIRROR"):]
+        closing = tail.rfind("}")
+        match = _WANDB.match(tail[:closing + 1] if closing >= 0 else _ANSI.sub("", tail))
         if not match:
             return None
         self.present.add("wandb-json")
@@ -431,7 +438,7 @@ class _Scanner:
         """
         parts = [first_text]
         position = first_end + 1
-        size = len(buf)
+        size = self.limit
         while True:
             if parts[-1].rstrip().endswith("}"):
                 try:
@@ -442,11 +449,11 @@ class _Scanner:
                 if final or size - block_start > MAX_BLOCK_CHARS:
                     return "is truncated: the log ends before its closing brace"
                 return _INCOMPLETE
-            close = buf.find("}", position)
-            run_end = size if close < 0 else buf.find("\n", close)
+            close = buf.find(b"}", position, size)
+            run_end = size if close < 0 else buf.find(b"\n", close, size)
             if run_end < 0:
                 run_end = size
-            run = buf[position:run_end]
+            run = buf[position:run_end].decode("utf-8", "replace")
             if "\x1b" in run:
                 run = _ANSI.sub("", run)
             texts = _bulk_continuations(run, origin)
@@ -458,7 +465,7 @@ class _Scanner:
                         continue
                     text = raw[match.end():].rstrip("\r")
                     if not text[:1].isspace():
-                        line_hint = buf.count("\n", block_start, position) + index + 1
+                        line_hint = buf.count(b"\n", block_start, position) + index + 1
                         return (f"is truncated or not a Python literal: line {line_hint} of the block "
                                 f"starts a new message ({text[:60]!r})")
                     texts.append(text)
@@ -504,18 +511,18 @@ def _bulk_continuations(run: str, origin: str) -> list[str] | None:
     return stripped.replace("\r\n", "\n").split("\n")
 
 
-def _tail_lines(buf: str, end: int, lines: int, max_chars: int) -> str:
+def _tail_lines(buf: bytes, end: int, lines: int, max_chars: int) -> bytes:
     """The last `lines` complete lines of buf[:end] (end is just after a newline or 0)."""
     start = end
     floor = max(0, end - max_chars)
     for _ in range(lines):
         if start <= floor:
             break
-        previous = buf.rfind("\n", floor, start - 1)
+        previous = buf.rfind(b"\n", floor, start - 1)
         start = previous + 1 if previous >= 0 else floor
     if start == floor and floor > 0:
         # cut inside a line: drop the partial line so look-back never sees half of one
-        first_newline = buf.find("\n", floor, end)
+        first_newline = buf.find(b"\n", floor, end)
         start = first_newline + 1 if first_newline >= 0 else end
     return buf[start:end]
 
@@ -523,34 +530,36 @@ def _tail_lines(buf: str, end: int, lines: int, max_chars: int) -> str:
 def parse_log(text: str, source: str) -> ParsedLog:
     """Parse one trainer log held in memory. Raises MetricsError naming source and line."""
     scanner = _Scanner(source)
-    scanner.feed(text, final=True)
+    scanner.feed(text.encode("utf-8", "surrogatepass"), final=True)
     return scanner.finish()
+
+
+def parse_log_stream(chunks: Iterable[bytes], source: str) -> ParsedLog:
+    """Parse a trainer log arriving as byte chunks split anywhere (e.g. an object-store
+    stream). Memory is bounded by the chunk size and the longest metric block."""
+    scanner = _Scanner(source)
+    for chunk in chunks:
+        scanner.feed(chunk)
+    return scanner.finish()
+
+
+def _file_chunks(handle: Any, chunk_bytes: int) -> Iterator[bytes]:
+    while chunk := handle.read(chunk_bytes):
+        yield chunk
+        if not chunk.endswith(b"\n"):
+            yield handle.readline()  # finish the line here: the scanner then has no partial line to join
 
 
 def parse_log_file(path: str | os.PathLike[str], source: str | None = None,
                    chunk_bytes: int = CHUNK_BYTES) -> ParsedLog:
-    """Parse a trainer log from disk in newline-cut chunks (memory bounded by the chunk size)."""
+    """Parse a trainer log from disk in chunks (memory bounded by the chunk size, not the file)."""
     name = source or str(path)
-    scanner = _Scanner(name)
     try:
         handle = open(path, "rb")
     except OSError as error:
         raise MetricsError(f"{name}: cannot read trainer log ({error.strerror})") from error
     with handle:
-        pending = b""
-        while True:
-            chunk = handle.read(chunk_bytes)
-            if not chunk:
-                break
-            data = pending + chunk if pending else chunk
-            cut = data.rfind(b"\n") + 1
-            if cut == 0:
-                pending = data
-                continue
-            pending = data[cut:]
-            scanner.feed(data[:cut].decode("utf-8", errors="replace"))
-        scanner.feed(pending.decode("utf-8", errors="replace"), final=True)
-    return scanner.finish()
+        return parse_log_stream(_file_chunks(handle, chunk_bytes), name)
 
 
 def detect_serialization(text: str, source: str = "<text>") -> str:
@@ -992,9 +1001,11 @@ def reward_png(surface: Surface, *, candidates: Iterable[Any] | None = None, sel
         else:
             axes.text(0.5, 0.5, "no reward/ metric in the surface", ha="center", va="center",
                       transform=axes.transAxes)
-        for index, (step, complete) in enumerate(_candidate_steps(candidates)):
-            axes.axvline(step, color="#777777" if complete else "#d9a400", linestyle=":", linewidth=1,
-                         label=("checkpoint" if complete else None) if index == 0 else None)
+        labelled: set[bool] = set()
+        for step, complete in _candidate_steps(candidates):
+            label = None if complete in labelled else ("checkpoint" if complete else "incomplete checkpoint")
+            labelled.add(complete)
+            axes.axvline(step, color="#777777" if complete else "#d9a400", linestyle=":", linewidth=1, label=label)
         if selected_step is not None:
             axes.axvline(selected_step, color="#2a9d3a", linewidth=2, label=f"selected (step {selected_step})")
         if behavior_break_step is not None:
@@ -1101,7 +1112,8 @@ def report_markdown(surface: Surface, trials: Sequence[Mapping[str, Any]], *, jo
         picked = surface.rows[::every]
         if picked[-1] is not surface.rows[-1]:
             picked.append(surface.rows[-1])
-        out += [f"Every {every}{'st' if every == 1 else 'th'} step of the surface.", "",
+        ordinal = {1: "", 2: "2nd ", 3: "3rd "}.get(every, f"{every}th ")
+        out += [f"Every {ordinal}step of the surface, and the last.", "",
                 "| step | attempt | " + " | ".join(metrics) + " |",
                 "|---|---|" + "---|" * len(metrics)]
         for row in picked:
