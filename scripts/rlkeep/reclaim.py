@@ -1,0 +1,282 @@
+"""Reclaim a run's source storage: only under authority, only after verification, only our keys.
+
+What may be deleted is exactly what the sync step listed (objects synced + objects skipped
+in the two sync manifests), mapped back to full keys under the record's store. Nothing is
+sized or listed recursively before the delete: the sizes come from the manifests. Objects
+written after the sync, or anything outside `record.store`, are never in the plan.
+
+The delete runs in batches. Before each batch, one listing of just that batch's key range
+tells which planned objects still exist and whether one was rewritten since the sync (its
+size differs: it is not the object that was archived, so it is kept and reported). Progress
+is journaled after every batch (atomic JSON), so a killed reclaim resumes where it stopped.
+"""
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from rlkeep.errors import RlkeepError, StoreError
+from rlkeep.jsonio import read_json, write_json
+from rlkeep.storage import FileStore, S3Store, Store, check_key, open_store, s3_client
+
+REQUIRED_SENTINELS = ("model", "traces", "archive")
+PRESENT_STATUSES = ("completed", "not_applicable")
+AUTHORITY_HINT = "pass --config reclaim_authorized=<job> for exactly this job on the command line"
+DEFAULT_BATCH = 1000  # S3 DeleteObjects takes at most 1,000 keys
+
+
+# --------------------------------------------------------------------------- the decision
+
+
+def reclaim_decision(*, authorized: bool, verify_sentinels: dict[str, dict[str, Any] | None]) -> tuple[bool, str]:
+    """(act?, why): act only with authority AND every verify sentinel (model, traces, archive) present."""
+    problems: list[str] = []
+    if authorized is not True:
+        problems.append(f"reclamation is not authorized for this job ({AUTHORITY_HINT})")
+    names = list(REQUIRED_SENTINELS) + sorted(set(verify_sentinels) - set(REQUIRED_SENTINELS))
+    missing, invalid, present = [], [], []
+    for name in names:
+        sentinel = verify_sentinels.get(name)
+        if sentinel is None:
+            missing.append(name)
+        elif not isinstance(sentinel, dict) or sentinel.get("status") not in PRESENT_STATUSES:
+            status = sentinel.get("status") if isinstance(sentinel, dict) else type(sentinel).__name__
+            invalid.append(f"{name} ({status!r})")
+        else:
+            present.append(f"{name} {sentinel['status']}")
+    if missing:
+        problems.append("verify sentinel missing: " + ", ".join(f"verify/{name}.json" for name in missing))
+    if invalid:
+        problems.append("verify sentinel not completed or not_applicable: " + ", ".join(invalid))
+    if problems:
+        return False, "; ".join(problems)
+    return True, "authorized for this job and verified: " + ", ".join(present)
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+def _manifest_sources(record: Any) -> dict[str, tuple[str, str]]:
+    """Manifest name -> (expected `source` URL, key prefix under record.store)."""
+    traces = record.layout["traces"].strip("/")
+    return {"logs": (record.store.rstrip("/"), ""), "traces": (f"{record.store.rstrip('/')}/{traces}", f"{traces}/")}
+
+
+def _entries(manifest: dict[str, Any], field: str, where: str) -> list[tuple[str, int]]:
+    items = manifest.get(field)
+    if not isinstance(items, list):
+        raise RlkeepError(f"{where}: field '{field}' is missing or not a list; expected the sync manifest's {field}")
+    entries = []
+    for index, item in enumerate(items):
+        if not isinstance(item, dict) or not isinstance(item.get("key"), str):
+            raise RlkeepError(f"{where}: field '{field}[{index}]' has no string 'key'")
+        size = item.get("size")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise RlkeepError(f"{where}: field '{field}[{index}].size' is {size!r} for key {item['key']!r}; "
+                              "expected a byte count >= 0")
+        try:
+            check_key(item["key"], where=f"{where}: field '{field}[{index}]'")
+        except StoreError as error:
+            raise RlkeepError(str(error)) from None
+        entries.append((item["key"], size))
+    return entries
+
+
+def plan_id(store: str, objects: Iterable[dict[str, Any]]) -> str:
+    digest = hashlib.sha256(store.encode("utf-8") + b"\n")
+    for item in objects:
+        digest.update(f"{item['key']}\t{item['size']}\n".encode("utf-8"))
+    return digest.hexdigest()
+
+
+def plan_reclaim(record: Any, manifests: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Exactly the keys the sync manifests list, as keys under `record.store`, with their sizes.
+
+    manifests: {"logs": <logs.manifest.json>, "traces": <trace_jobs.manifest.json>} (either or both).
+    """
+    sources = _manifest_sources(record)
+    if not isinstance(manifests, dict) or not manifests:
+        raise RlkeepError("reclaim plan: no sync manifests given; expected logs and/or traces")
+    unknown = sorted(set(manifests) - set(sources))
+    if unknown:
+        raise RlkeepError(f"reclaim plan: unknown manifest name(s) {unknown}; expected logs, traces")
+    by_key: dict[str, dict[str, Any]] = {}
+    counts: dict[str, int] = {}
+    for name in sorted(manifests):
+        manifest = manifests[name]
+        where = f"{name} sync manifest"
+        if not isinstance(manifest, dict):
+            raise RlkeepError(f"{where}: expected a JSON object")
+        expected_source, prefix = sources[name]
+        if manifest.get("status") != "completed":
+            raise RlkeepError(f"{where}: field 'status' is {manifest.get('status')!r}; expected completed")
+        source = manifest.get("source")
+        if not isinstance(source, str) or source.rstrip("/") != expected_source:
+            raise RlkeepError(f"{where}: field 'source' is {source!r}; expected {expected_source} "
+                              f"(this job's store); refusing to plan deletes for another location")
+        synced = _entries(manifest, "objects", where)
+        skipped = _entries(manifest, "objects_skipped", where)
+        listed = manifest.get("objects_listed")
+        if listed != len(synced) + len(skipped):
+            raise RlkeepError(f"{where}: field 'objects_listed' is {listed!r} but the manifest has {len(synced)} objects "
+                              f"and {len(skipped)} objects_skipped; expected the sum (an incomplete manifest)")
+        if manifest.get("objects_synced") != len(synced):
+            raise RlkeepError(f"{where}: field 'objects_synced' is {manifest.get('objects_synced')!r} but 'objects' "
+                              f"lists {len(synced)}")
+        counts[name] = 0
+        for key, size in synced + skipped:
+            full = prefix + key
+            known = by_key.get(full)
+            if known is not None:
+                if known["size"] != size:
+                    raise RlkeepError(f"{where}: key {key!r} listed with {size} bytes, elsewhere with {known['size']}")
+                continue
+            by_key[full] = {"key": full, "size": size, "manifest": name}
+            counts[name] += 1
+    objects = [by_key[key] for key in sorted(by_key, key=lambda k: k.encode("utf-8"))]
+    store = record.store.rstrip("/")
+    return {
+        "job": record.job,
+        "store": store,
+        "plan_id": plan_id(store, objects),
+        "manifests": counts,
+        "keys": len(objects),
+        "bytes": sum(o["size"] for o in objects),
+        "objects": objects,
+    }
+
+
+# --------------------------------------------------------------------------- execution
+
+
+def _check_plan(plan: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+    if not isinstance(plan, dict) or not isinstance(plan.get("store"), str) or not isinstance(plan.get("objects"), list):
+        raise RlkeepError("reclaim plan: expected a plan from plan_reclaim (fields store, objects, plan_id)")
+    store, objects = plan["store"], plan["objects"]
+    for index, item in enumerate(objects):
+        if not isinstance(item, dict) or not isinstance(item.get("key"), str) or not isinstance(item.get("size"), int):
+            raise RlkeepError(f"reclaim plan: objects[{index}] is not {{key, size}}")
+        check_key(item["key"], where=f"reclaim plan objects[{index}]")
+    keys = [item["key"] for item in objects]
+    if keys != sorted(set(keys), key=lambda k: k.encode("utf-8")):
+        raise RlkeepError("reclaim plan: objects are not unique and sorted; rebuild it with plan_reclaim")
+    if plan.get("plan_id") != plan_id(store, objects):
+        raise RlkeepError("reclaim plan: plan_id does not match its objects; the plan was edited; rebuild it")
+    return store, objects
+
+
+def current_sizes(store: Store, keys: list[str]) -> dict[str, int]:
+    """Sizes of those of `keys` (sorted) that exist now: one listing of just their key range on S3."""
+    if not keys:
+        return {}
+    if isinstance(store, FileStore):
+        found = {}
+        for key in keys:
+            path = store.root / key
+            if path.is_file():
+                found[key] = path.stat().st_size
+        return found
+    if not isinstance(store, S3Store):
+        raise RlkeepError(f"{store.url}: reclaim supports s3:// and file:// stores only")
+    root = f"{store.prefix}/" if store.prefix else ""
+    first, last = root + keys[0], root + keys[-1]
+    wanted = set(keys)
+    found = {}
+    # StartAfter is exclusive: start just before the first key (a proper prefix of it sorts first).
+    kwargs: dict[str, Any] = {"Bucket": store.bucket, "Prefix": root}
+    if first[:-1]:
+        kwargs["StartAfter"] = first[:-1]
+    while True:
+        try:
+            page = s3_client().list_objects_v2(**kwargs)
+        except Exception as error:  # noqa: BLE001 - reported with the store and range
+            raise StoreError(f"{store.url}: listing {keys[0]}..{keys[-1]} before deleting failed: {error}") from None
+        contents = page.get("Contents", [])
+        for entry in contents:
+            key = entry["Key"][len(root):]
+            if key in wanted:
+                found[key] = int(entry["Size"])
+        if not page.get("IsTruncated") or not contents or contents[-1]["Key"] >= last:
+            return found
+        kwargs["ContinuationToken"] = page["NextContinuationToken"]
+
+
+def _new_journal(plan: dict[str, Any], batch_size: int) -> dict[str, Any]:
+    return {"plan_id": plan["plan_id"], "store": plan["store"], "batch_size": batch_size, "batches_total": 0,
+            "batches_done": 0, "deleted_keys": 0, "deleted_bytes": 0, "missing": [], "changed": [], "finished": False}
+
+
+def _load_journal(path: Path, plan: dict[str, Any], batch_size: int) -> dict[str, Any]:
+    if not path.exists():
+        return _new_journal(plan, batch_size)
+    try:
+        journal = read_json(path)
+    except (OSError, ValueError) as error:
+        raise RlkeepError(f"{path}: reclaim journal unreadable ({error}); inspect it before resuming") from None
+    if not isinstance(journal, dict):
+        raise RlkeepError(f"{path}: reclaim journal is not a JSON object")
+    for field, expected in (("plan_id", plan["plan_id"]), ("store", plan["store"]), ("batch_size", batch_size)):
+        if journal.get(field) != expected:
+            raise RlkeepError(f"{path}: reclaim journal field '{field}' is {journal.get(field)!r}, this plan has "
+                              f"{expected!r}; the journal belongs to another plan: move it aside only if that reclaim is over")
+    return journal
+
+
+def _result(journal: dict[str, Any], journal_path: Path) -> dict[str, Any]:
+    return {
+        "status": "completed",
+        "store": journal["store"],
+        "plan_id": journal["plan_id"],
+        "deleted_keys": journal["deleted_keys"],
+        "deleted_bytes": journal["deleted_bytes"],
+        "missing": list(journal["missing"]),
+        "kept_changed": list(journal["changed"]),
+        "batches": journal["batches_done"],
+        "journal": str(journal_path),
+    }
+
+
+def execute_reclaim(
+    plan: dict[str, Any],
+    journal_path: Path,
+    *,
+    batch_size: int = DEFAULT_BATCH,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Delete exactly the planned keys, journaling each batch; a rerun resumes from the journal.
+
+    Returns {deleted_keys, deleted_bytes, missing (already gone), kept_changed (rewritten
+    since the sync: size differs, so not deleted), ...}. `progress` is called with the
+    journal after every batch.
+    """
+    if not 1 <= batch_size <= DEFAULT_BATCH:
+        raise RlkeepError(f"reclaim: batch_size {batch_size}; expected 1..{DEFAULT_BATCH}")
+    store_url, objects = _check_plan(plan)
+    journal_path = Path(journal_path)
+    journal = _load_journal(journal_path, plan, batch_size)
+    if journal.get("finished"):
+        return _result(journal, journal_path)
+    store = open_store(store_url)
+    batches = [objects[i:i + batch_size] for i in range(0, len(objects), batch_size)]
+    journal["batches_total"] = len(batches)
+    for index in range(int(journal["batches_done"]), len(batches)):
+        batch = batches[index]
+        sizes = current_sizes(store, [item["key"] for item in batch])
+        doomed = [item for item in batch if sizes.get(item["key"]) == item["size"]]
+        for item in batch:
+            if item["key"] not in sizes:
+                journal["missing"].append(item["key"])
+            elif sizes[item["key"]] != item["size"]:
+                journal["changed"].append({"key": item["key"], "synced_size": item["size"], "size_now": sizes[item["key"]]})
+        store.delete(item["key"] for item in doomed)
+        journal["deleted_keys"] += len(doomed)
+        journal["deleted_bytes"] += sum(item["size"] for item in doomed)
+        journal["batches_done"] = index + 1
+        write_json(journal_path, journal)
+        if progress is not None:
+            progress(journal)
+    journal["finished"] = True
+    write_json(journal_path, journal)
+    return _result(journal, journal_path)
