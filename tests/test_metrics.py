@@ -22,6 +22,7 @@ from rlkeep.metrics import (
     parse_log,
     parse_log_file,
     parse_log_stream,
+    read_metrics_csv,
     trials_from_results,
     write_outputs,
 )
@@ -439,3 +440,15 @@ def test_mirror_lines_behind_iris_prefixes():
 def test_a_dict_without_header_or_async_key_is_not_a_metric_block():
     with pytest.raises(RlkeepError, match="no metric blocks found"):
         detect_serialization(f"{RAY}{{'lr': 0.1, 'batch_size': 64}}\n{RAY}config: {{'a': 1}}\n", "cfg.out")
+
+
+def test_metrics_csv_reads_back_into_surface_rows_with_csv_locations(tmp_path):
+    surface = build_surface([("a", "a.out", wandb_line(1, 0.1) + wandb_line(2, 0.2) + wandb_line(10, 0.3))])
+    write_outputs(surface, [], tmp_path)
+    rows = read_metrics_csv(tmp_path / "metrics.csv")
+    assert [(r["global_step"], r["reward/avg_raw_reward"], r["line"]) for r in rows] == [(1, 0.1, 2), (2, 0.2, 3), (10, 0.3, 4)]
+    assert numeric_series(rows, "reward/avg_raw_reward") == [(1, 0.1), (2, 0.2), (10, 0.3)]  # 10 after 2: numeric order
+    text = (tmp_path / "metrics.csv").read_text().replace("0.2,2", "oops,2")
+    (tmp_path / "metrics.csv").write_text(text)
+    with pytest.raises(RlkeepError, match=r"non-numeric value 'oops' at step 2 \(.*metrics\.csv:3\)"):
+        numeric_series(read_metrics_csv(tmp_path / "metrics.csv"), "reward/avg_raw_reward")

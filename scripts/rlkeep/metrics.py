@@ -674,6 +674,16 @@ def ema_series(values: Sequence[float], alpha: float) -> list[float]:
     return out
 
 
+def _row_step(row: Mapping[str, Any]) -> int:
+    step = coerce_value(row.get("global_step"))
+    if isinstance(step, float) and step.is_integer():
+        step = int(step)
+    if not isinstance(step, int) or isinstance(step, bool):
+        where = f" ({row['source']}:{row['line']})" if "source" in row and "line" in row else ""
+        raise MetricsError(f"surface row has no integer global_step ({row.get('global_step')!r}){where}")
+    return step
+
+
 def numeric_series(rows: Sequence[Mapping[str, Any]], metric: str) -> list[tuple[int, float]]:
     """(step, value) for every row holding a finite number for metric, in step order.
 
@@ -683,22 +693,42 @@ def numeric_series(rows: Sequence[Mapping[str, Any]], metric: str) -> list[tuple
     """
     points: list[tuple[int, float]] = []
     present = False
-    for row in sorted(rows, key=lambda r: r["global_step"]):
+    for step, row in sorted(((_row_step(row), row) for row in rows), key=lambda pair: pair[0]):
         if metric not in row or row[metric] is None or row[metric] == "":
             continue
         present = True
         value = coerce_value(row[metric])
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             where = f" ({row['source']}:{row['line']})" if "source" in row and "line" in row else ""
-            raise MetricsError(
-                f"metric {metric!r} has a non-numeric value {row[metric]!r} at step {row['global_step']}{where}")
+            raise MetricsError(f"metric {metric!r} has a non-numeric value {row[metric]!r} at step {step}{where}")
         if math.isfinite(value):
-            points.append((row["global_step"], float(value)))
+            points.append((step, float(value)))
     if not present:
         names = sorted({key for row in rows for key in row if key not in ROW_META})
         hint = [name for name in names if name.startswith("reward/")] or names[:10]
         raise MetricsError(f"metric {metric!r} is absent from the metric surface; available: {', '.join(hint) or 'none'}")
     return points
+
+
+def read_metrics_csv(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Surface rows back from a metrics.csv: numbers coerced, empty cells dropped, and
+    source/line set to the CSV file and line so later errors point into it."""
+    rows: list[dict[str, Any]] = []
+    try:
+        handle = open(path, newline="", encoding="utf-8")
+    except OSError as error:
+        raise MetricsError(f"{path}: cannot read metrics.csv ({error.strerror})") from error
+    with handle:
+        reader = csv.DictReader(handle)
+        if not reader.fieldnames or reader.fieldnames[:2] != ["global_step", "attempt"]:
+            raise MetricsError(f"{path}: not a metrics.csv (header must start with global_step,attempt)")
+        for line, record in enumerate(reader, start=2):
+            row: dict[str, Any] = {"source": str(path), "line": line, "attempt": record["attempt"]}
+            row.update({key: coerce_value(value) for key, value in record.items()
+                        if key not in ("attempt",) and value not in ("", None)})
+            row["global_step"] = _row_step(row)
+            rows.append(row)
+    return rows
 
 
 # --------------------------------------------------------------------------- trials (result.json)
