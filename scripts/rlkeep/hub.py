@@ -628,3 +628,184 @@ __all__ = [
     "download_fresh", "publish_model", "remote_extras", "replace_trace_shards", "resolve_target",
     "verify_model_publication", "verify_trace_publication",
 ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Pipeline steps: stage the model, publish and verify it, publish and verify the traces
+
+
+def dataset_url(repo_id: str, endpoint: str | None = None) -> str:
+    base = (endpoint or os.environ.get("HF_ENDPOINT") or PUBLIC_HUB).rstrip("/")
+    return f"{base}/datasets/{repo_id}"
+
+
+def render_model_card(*, job: str, publish: dict[str, Any], base_model: str | None, selected: dict[str, Any],
+                      export: dict[str, Any], chain: dict[str, Any], tracker_url: str | None,
+                      training_logs: list[str], endpoint: str | None = None) -> str:
+    """README.md with YAML front matter. base_model comes from the record only, never guessed."""
+    import yaml
+
+    front: dict[str, Any] = {}
+    if base_model:
+        front["base_model"] = base_model
+    front["library_name"] = "transformers"
+    front["tags"] = ["reinforcement-learning", "agentic", "skyrl", "harbor", "rlkeep"]
+    front["datasets"] = [publish["traces"]]
+    attempts = [a.get("id") for a in chain.get("attempts", [])]
+    rule = selected.get("rule") or {}
+    lines = [
+        "---", yaml.safe_dump(front, sort_keys=False).rstrip(), "---", "",
+        f"# {publish['model'].split('/', 1)[1]}", "",
+        f"Policy checkpoint of the agentic RL run `{job}` (SkyRL trainer, Harbor agent traces), "
+        "preserved and published by rlkeep.", "",
+        "## Run", "",
+        f"- Attempts (chronological): {', '.join(f'`{a}`' for a in attempts)}",
+        f"- Base model: {f'`{base_model}`' if base_model else 'not recorded (rlkeep never guesses it)'}",
+    ]
+    if tracker_url:
+        lines.append(f"- Tracker: {tracker_url}")
+    lines += [
+        "", "## Selected checkpoint", "",
+        f"- Step: {selected.get('step')}",
+        f"- Rule: `{json.dumps(rule, sort_keys=True)}`",
+        f"- Why: {selected.get('rationale', '')}",
+        f"- Source format: {export.get('format', 'unknown')}; parameters (counted from the tensors): "
+        f"{export.get('parameter_count', 'unknown')}",
+        "", "## Training logs", "",
+        "`training_logs/` holds the metric surface across the chain, the per-trial results, the report and "
+        "every attempt's trainer log:", "",
+        *[f"- `training_logs/{name}`" for name in training_logs],
+        "", TRACES_HEADING, "",
+        f"The agent traces of this run are the dataset [{publish['traces']}]({dataset_url(publish['traces'], endpoint)}), "
+        "rebuilt from the full durable trace tree.", "",
+    ]
+    return "\n".join(lines)
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def _training_logs(ctx: Any, logs_dir: Path) -> list[str]:
+    """Metric surface, trial results, report and the chain's trainer logs into training_logs/."""
+    import tarfile
+
+    names = []
+    for key in ("metrics", "trials", "report", "superseded", "eval", "plot"):
+        path = ctx.inputs.get(key)
+        if path is not None and path.is_file():
+            shutil.copyfile(path, logs_dir / path.name)
+            names.append(path.name)
+    for key in ("selected", "export", "chain"):
+        path = ctx.inputs.get(key)
+        if path is not None and path.is_file():
+            (logs_dir / "rlkeep").mkdir(exist_ok=True)
+            shutil.copyfile(path, logs_dir / "rlkeep" / path.name)
+            names.append(f"rlkeep/{path.name}")
+    with tarfile.open(ctx.inputs["logs"]) as tar:
+        for slug in ctx.record.attempts:
+            member = tar.extractfile(f"attempts/{slug}/trainer.log")
+            if member is None:
+                raise RlkeepError(f"{ctx.inputs['logs']}: no trainer log for attempt {slug}")
+            target = logs_dir / "trainer" / f"{slug}.log"
+            target.parent.mkdir(exist_ok=True)
+            with open(target, "wb") as handle:
+                shutil.copyfileobj(member, handle)
+            names.append(f"trainer/{slug}.log")
+    return sorted(names)
+
+
+def stage_model_step(ctx: Any) -> None:
+    """`<job>/stage/model/`: flat model + training_logs/ + model card, redacted and checked locally."""
+    from rlkeep.jsonio import read_json, write_json
+    from rlkeep.redaction import redact_tree, redactor_from_environment
+
+    publish = ctx.record.publish
+    if publish is None:
+        raise RlkeepError(f"{ctx.record.path}: no publish section; staging a model for publication is not applicable")
+    stage = ctx.outputs["stage"]
+    partial = stage.with_name(f".{stage.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        for source in sorted(ctx.inputs["model"].iterdir()):
+            if source.is_file() and not source.name.startswith("."):
+                _link_or_copy(source, partial / source.name)
+        logs_dir = partial / "training_logs"
+        logs_dir.mkdir(parents=True)
+        names = _training_logs(ctx, logs_dir)
+        card = render_model_card(job=ctx.job, publish=publish, base_model=ctx.record.base_model,
+                                 selected=read_json(ctx.inputs["selected"]), export=read_json(ctx.inputs["export"]),
+                                 chain=read_json(ctx.inputs["chain"]), tracker_url=ctx.record.tracker_url,
+                                 training_logs=names)
+        (partial / "README.md").write_text(card, encoding="utf-8")
+        redactor = redactor_from_environment()
+        redacted = redact_tree(partial, redactor)
+        remaining = redact_tree(partial, redactor, check=True)
+        if remaining.findings:
+            raise RlkeepError(f"{stage}: credential-shaped text remains after redaction: "
+                              + ", ".join(f"{f.path}:{f.line} ({f.kind})" for f in remaining.findings[:10]))
+        problems = check_publication(partial, expected_dataset=publish["traces"])
+        if problems:
+            raise RlkeepError(f"{stage}: staged model is not publishable: " + "; ".join(problems))
+        if stage.exists():
+            shutil.rmtree(stage)
+        os.replace(partial, stage)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    write_json(ctx.outputs["redaction"], {
+        "status": "completed",
+        "redacted": [{"kind": f.kind, "path": f.path, "line": f.line} for f in redacted.findings],
+        "files_scanned": remaining.files_scanned,
+        "files_skipped": [{"path": p, "reason": r} for p, r in remaining.files_skipped],
+        "check_findings": 0,
+    })
+
+
+def _tree_bytes(root: Path) -> int:
+    return sum(path.stat().st_size for path in root.rglob("*") if path.is_file())
+
+
+def publish_model_step(ctx: Any) -> None:
+    """`<job>/verify/model.json`: upload additively, download fresh, check again."""
+    from rlkeep.jsonio import write_json
+    from rlkeep.redaction import redactor_from_environment
+    from rlkeep.steps import check_transfer, not_applicable
+
+    publish = ctx.record.publish
+    if publish is None:
+        write_json(ctx.outputs["verify"], not_applicable("the record names no publish destinations"))
+        return
+    stage = ctx.inputs["stage"]
+    check_transfer(ctx, nbytes=_tree_bytes(stage), what=f"model upload to {publish['model']}")
+    published = publish_model(stage, publish["model"], private=bool(publish.get("private", True)),
+                              commit_message=f"rlkeep: publish {ctx.job}")
+    work_dir = ctx.work_dir("publish_model")
+    evidence = verify_model_publication(stage, publish["model"], published["commit"], work_dir,
+                                        redactor=redactor_from_environment(), traces_repo=publish["traces"])
+    download = evidence.get("download_dir")
+    if download:
+        shutil.rmtree(download, ignore_errors=True)
+    write_json(ctx.outputs["verify"], {**evidence, "status": "completed", "published": published})
+
+
+def publish_traces_step(ctx: Any) -> None:
+    """`<job>/verify/traces.json`: replace the remote shard set in one commit, then verify it."""
+    from rlkeep.jsonio import read_json, write_json
+    from rlkeep.steps import check_transfer, not_applicable
+
+    publish = ctx.record.publish
+    if publish is None:
+        write_json(ctx.outputs["verify"], not_applicable("the record names no publish destinations"))
+        return
+    stage = ctx.inputs["stage"]
+    manifest = read_json(stage / MANIFEST_NAME)
+    check_transfer(ctx, nbytes=_tree_bytes(stage), what=f"trace dataset upload to {publish['traces']}")
+    published = replace_trace_shards(stage, publish["traces"], private=bool(publish.get("private", True)),
+                                     commit_message=f"Replace trace export with {manifest.get('row_count')} rows")
+    evidence = verify_trace_publication(stage, publish["traces"], published["commit"])
+    write_json(ctx.outputs["verify"], {**evidence, "status": "completed", "published": published})
