@@ -102,6 +102,35 @@ def test_unsorted_tar_is_extracted_and_gives_the_same_bytes(mixed_tree, tmp_path
     assert shard_bytes(tmp_path / "from-shuffled") == shard_bytes(tmp_path / "from-dir")
 
 
+def test_gzipped_tar_gives_the_same_bytes(mixed_tree, tmp_path: Path) -> None:
+    root, _ = mixed_tree
+    gz = tmp_path / "trace_jobs.tar.gz"
+    with tarfile.open(gz, "w:gz") as tar:
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            tar.add(path, arcname=path.relative_to(root).as_posix())
+    build(root, tmp_path / "from-dir")
+    manifest = build(gz, tmp_path / "from-gz")
+    assert shard_bytes(tmp_path / "from-gz") == shard_bytes(tmp_path / "from-dir")
+    assert manifest["source"]["name"] == "trace_jobs.tar.gz"
+
+
+def test_trial_builder_is_deterministic() -> None:
+    first = trial_files("codecontests-9__ZZZZZZZ", seed=5, n_steps=3, continuation_after=1, cast=True)
+    again = trial_files("codecontests-9__ZZZZZZZ", seed=5, n_steps=3, continuation_after=1, cast=True)
+    other = trial_files("codecontests-9__ZZZZZZZ", seed=6, n_steps=3, continuation_after=1, cast=True)
+    assert first == again and first != other
+    assert {"result.json", "config.json", "trial.log", "agent/trajectory.json", "agent/trajectory.cont-1.json",
+            "agent/terminus_2.pane", "agent/recording.cast", "verifier/reward.txt",
+            "verifier/test-stdout.txt"} <= set(first)
+    for outcome in OUTCOMES:
+        files = trial_files("t__AAAAAAA", seed=1, outcome=outcome, n_steps=2)
+        assert ("result.json" in files) == (outcome != "incomplete")
+        assert ("agent/trajectory.json" in files) == (outcome != "setup_error")
+        if outcome in ("exception", "setup_error"):
+            result = json.loads(files["result.json"])
+            assert result["verifier_result"] is None and result["exception_info"]["exception_type"]
+
+
 def test_row_group_flushes_do_not_change_the_rows(mixed_tree, tmp_path: Path, monkeypatch) -> None:
     import rlkeep.traces as traces
 

@@ -49,7 +49,8 @@ def _files_for(plan) -> tuple[str, dict[str, bytes]]:
 def generate_tar(path: Path, n_trials: int) -> Path:
     """The sync tar for n_trials trials, reused when a complete one is cached."""
     marker = path.with_suffix(".done")
-    spec = {"n_trials": n_trials, "seed": SEED, "steps": STEPS, "outcomes": OUTCOMES, "generator": 1}
+    spec = json.loads(json.dumps({"n_trials": n_trials, "seed": SEED, "steps": STEPS, "outcomes": OUTCOMES,
+                                  "generator": 1}))  # as read back from the marker (tuples become lists)
     if path.is_file() and marker.is_file() and json.loads(marker.read_text()) == spec:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
