@@ -355,3 +355,55 @@ def test_no_complete_checkpoint_lists_the_reasons(tmp_path):
     write(tmp_path, "ckpts/latest_ckpt_global_step.txt", "20")
     with pytest.raises(RlkeepError, match=r"no complete saved checkpoint to select from:\n  step 20: fsdp: missing trainer_state.pt"):
         select_checkpoint(list(candidates(tmp_path).values()), {"kind": "latest"}, [], None)
+
+
+# --------------------------------------------------------------------------- pipeline steps
+
+def step_context(tmp_path: Path, store_root: Path, *, rule: str = "", brk: str = "", job: str = "rl-swe"):
+    from rlkeep.records import load_record
+    from rlkeep.steps import StepContext
+
+    records = tmp_path / "records"
+    records.mkdir(exist_ok=True)
+    text = (f"job: {job}\nuser: benjaminfeuer\nscheduler: none\nchain:\n  - /benjaminfeuer/{job}\n  - /benjaminfeuer/{job}-r1\n"
+            f"store: file://{store_root}\ncheckpoint:\n  interval: 20\n{rule}{brk}")
+    (records / f"{job}.yaml").write_text(text)
+    return StepContext(job=job, record=load_record(records / f"{job}.yaml"), data_root=tmp_path, inputs={}, outputs={})
+
+
+def test_list_and_select_steps_on_a_file_store(run, tmp_path):
+    hf_export(run, 60, where=".tmp-hf-export-zz99")
+    ctx = step_context(tmp_path, run, rule="  rule:\n    kind: ema_max\n    metric: reward/avg_raw_reward\n    alpha: 0.3333\n")
+    ctx.outputs = {"candidates": tmp_path / "rl-swe/checkpoint/candidates.json"}
+    from rlkeep.checkpoints import list_checkpoints_step, select_checkpoint_step
+
+    list_checkpoints_step(ctx)
+    listing = json.loads(ctx.outputs["candidates"].read_text())
+    assert listing["status"] == "completed" and listing["valid"] == [20, 40]
+    assert [c["step"] for c in listing["candidates"]] == [20, 40, 60] and listing["latest_ckpt_global_step"] == 40
+    metrics = tmp_path / "rl-swe/metrics/metrics.csv"
+    metrics.parent.mkdir(parents=True)
+    metrics.write_text("global_step,attempt,reward/avg_raw_reward\n20,rl-swe,0.2\n40,rl-swe-r1,0.8\n")
+    ctx.inputs = {"candidates": ctx.outputs["candidates"], "metrics": metrics}
+    ctx.outputs = {"selected": tmp_path / "rl-swe/checkpoint/selected.json"}
+    select_checkpoint_step(ctx)
+    selected = json.loads(ctx.outputs["selected"].read_text())
+    assert selected["step"] == 40 and selected["status"] == "completed"
+    assert selected["ema"] == {"20": 0.2, "40": pytest.approx(0.4, abs=1e-3)}
+    assert selected["keys"]["hf_export"] == sorted(selected["keys"]["hf_export"])
+    assert "exports/global_step_40/policy/model.safetensors.index.json" in selected["keys"]["hf_export"]
+
+
+def test_select_step_without_a_rule_is_blocked(run, tmp_path):
+    from rlkeep.checkpoints import list_checkpoints_step, select_checkpoint_step
+
+    ctx = step_context(tmp_path, run, brk="  behavior_break_step: 40\n")
+    ctx.outputs = {"candidates": tmp_path / "candidates.json"}
+    list_checkpoints_step(ctx)
+    metrics = tmp_path / "metrics.csv"
+    metrics.write_text("global_step,attempt,reward/avg_raw_reward\n20,rl-swe,0.2\n")
+    ctx.inputs = {"candidates": tmp_path / "candidates.json", "metrics": metrics}
+    ctx.outputs = {"selected": tmp_path / "selected.json"}
+    with pytest.raises(BlockedError, match=r"step 20: fsdp, hf_export\n  step 40: fsdp, hf_export \(not eligible"):
+        select_checkpoint_step(ctx)
+    assert not ctx.outputs["selected"].exists()

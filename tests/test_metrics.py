@@ -3,6 +3,7 @@ trial results, outputs and the `rlkeep metrics` command."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import tracemalloc
@@ -452,3 +453,67 @@ def test_metrics_csv_reads_back_into_surface_rows_with_csv_locations(tmp_path):
     (tmp_path / "metrics.csv").write_text(text)
     with pytest.raises(RlkeepError, match=r"non-numeric value 'oops' at step 2 \(.*metrics\.csv:3\)"):
         numeric_series(read_metrics_csv(tmp_path / "metrics.csv"), "reward/avg_raw_reward")
+
+
+def add_member(tar, name: str, data: bytes) -> None:
+    import tarfile
+
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def test_metric_surface_step_reads_the_synced_tars_in_record_order(tmp_path, monkeypatch):
+    import tarfile
+
+    from rlkeep import metrics
+    from rlkeep.records import load_record
+    from rlkeep.steps import StepContext
+
+    job = "rl-swe"
+    (tmp_path / "records").mkdir()
+    (tmp_path / "records" / f"{job}.yaml").write_text(
+        f"job: {job}\nuser: benjaminfeuer\nscheduler: none\nchain:\n  - /benjaminfeuer/{job}-r9\n  - /benjaminfeuer/{job}-r10\n"
+        f"store: file://{tmp_path}/store\ncheckpoint:\n  interval: 20\n  behavior_break_step: 4\n")
+    logs, traces = tmp_path / "logs.tar", tmp_path / "trace_jobs.tar"
+    with tarfile.open(logs, "w") as tar:  # r10 first in the tar, and "-r10" sorts before "-r9"
+        add_member(tar, f"attempts/{job}-r10/trainer.log", "".join(wandb_line(s, 0.9) for s in (3, 4)).encode())
+        add_member(tar, f"attempts/{job}-r9/trainer.log", fixture_text("wandb_mirror.out").encode())
+        add_member(tar, "store/logs/other.txt", b"not a trainer log")
+    with tarfile.open(traces, "w") as tar:
+        add_member(tar, "codecontests-1234__Xk3pQ9a/result.json", json.dumps(EXAMPLE_RESULT, indent=4).encode())
+        add_member(tar, "codecontests-1234__Xk3pQ9a/agent/trajectory.json", b"{}")
+        add_member(tar, "codecontests-77__Ab12Cd3/result.json", json.dumps(failed_result(), indent=4).encode())
+    monkeypatch.setattr(metrics, "IN_MEMORY_RESULT_BYTES", 2000)  # the larger result.json goes through mmap
+    out = tmp_path / job / "metrics"
+    ctx = StepContext(job=job, record=load_record(tmp_path / "records" / f"{job}.yaml"), data_root=tmp_path,
+                      inputs={"logs": logs, "traces": traces},
+                      outputs={name.split(".")[0]: out / name for name in metrics.OUTPUT_FILES})
+    metrics.metric_surface_step(ctx)
+    rows = read_csv(out / "metrics.csv")
+    assert [(r["global_step"], r["attempt"]) for r in rows] == [("1", f"{job}-r9"), ("2", f"{job}-r9"),
+                                                              ("3", f"{job}-r10"), ("4", f"{job}-r10")]
+    trials = read_csv(out / "trials.csv")
+    assert [(t["trial"], t["reward"], t["exception_type"]) for t in trials] == [
+        ("codecontests-1234__Xk3pQ9a", "1.0", ""), ("codecontests-77__Ab12Cd3", "", "AgentTimeoutError")]
+    assert "Behavior break: step 4" in (out / "report.md").read_text()
+    assert list((tmp_path / job / ".work" / "metric_surface").iterdir()) == []  # the spilled copy is gone
+
+
+def test_metric_surface_step_names_a_missing_attempt_log(tmp_path):
+    import tarfile
+
+    from rlkeep import metrics
+    from rlkeep.records import load_record
+    from rlkeep.steps import StepContext
+
+    (tmp_path / "rl-swe.yaml").write_text(
+        "job: rl-swe\nuser: u\nscheduler: none\nchain:\n  - /u/rl-swe\n  - /u/rl-swe-r1\n"
+        f"store: file://{tmp_path}/store\ncheckpoint:\n  interval: 20\n")
+    logs = tmp_path / "logs.tar"
+    with tarfile.open(logs, "w") as tar:
+        add_member(tar, "attempts/rl-swe/trainer.log", wandb_line(1, 0.5).encode())
+    ctx = StepContext(job="rl-swe", record=load_record(tmp_path / "rl-swe.yaml"), data_root=tmp_path,
+                      inputs={"logs": logs, "traces": logs}, outputs={"metrics": tmp_path / "m" / "metrics.csv"})
+    with pytest.raises(RlkeepError, match=r"logs\.tar: no attempts/rl-swe-r1/trainer\.log"):
+        metrics.metric_surface_step(ctx)

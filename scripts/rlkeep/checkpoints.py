@@ -530,3 +530,68 @@ def select_checkpoint(candidates: Sequence[Candidate | Mapping[str, Any]], rule:
         "behavior_break": break_info,
         "sources": chosen.complete_sources,
     }
+
+
+# --------------------------------------------------------------------------- pipeline steps
+
+MAX_SMALL_FILE = 16 << 20  # an index or config larger than this is not one; leave it unread
+
+
+def list_checkpoints_step(ctx: Any) -> None:
+    """`<job>/checkpoint/candidates.json`: every saved step under the record's ckpts/ and
+    exports/, complete or not with reasons. Runs after retries.json, so no attempt still writes."""
+    from rlkeep.jsonio import write_json
+    from rlkeep.storage import open_store
+
+    record = ctx.record
+    store = open_store(record.store)
+    ckpts, exports = record.layout["ckpts"].strip("/"), record.layout["exports"].strip("/")
+    keys: dict[str, int] = {}
+    for prefix in (ckpts, exports):
+        keys.update((info.key, info.size) for info in store.list(prefix))
+    txt_key = f"{ckpts}/{LATEST_TXT}"
+    latest_text = store.read_bytes(txt_key).decode("utf-8", "replace") if txt_key in keys else None
+    contents = {key: store.read_bytes(key) for key in keys_to_read(keys, ckpts_prefix=ckpts, exports_prefix=exports)
+                if key != txt_key and keys[key] <= MAX_SMALL_FILE}
+    found = candidates_from_listing(keys, ckpts_prefix=ckpts, exports_prefix=exports, latest_step_text=latest_text,
+                                    interval=record.checkpoint_interval, contents=contents)
+    write_json(ctx.outputs["candidates"], {
+        "status": "completed",
+        "store": record.store,
+        "ckpts": ckpts,
+        "exports": exports,
+        "latest_ckpt_global_step": parse_latest_step(latest_text, f"{record.store}/{txt_key}"),
+        "interval": record.checkpoint_interval,
+        "objects_listed": len(keys),
+        "valid": [candidate.step for candidate in found if candidate.complete],
+        "candidates": [candidate.to_json() for candidate in found],
+    })
+
+
+def select_checkpoint_step(ctx: Any) -> None:
+    """`<job>/checkpoint/selected.json`: the record's rule applied to the complete candidates
+    over metrics.csv. Without a rule the step is blocked with the list of valid candidates."""
+    from rlkeep.jsonio import read_json, write_json
+    from rlkeep.metrics import read_metrics_csv
+
+    listing = read_json(ctx.inputs["candidates"])
+    try:
+        candidates = [Candidate.from_json(item) for item in listing["candidates"]]
+    except (KeyError, TypeError, ValueError) as error:
+        raise CheckpointError(f"{ctx.inputs['candidates']}: not a candidates.json ({error!r})") from None
+    settings = ctx.settings or {}
+    rule = settings["rule"] if "rule" in settings else ctx.record.selection_rule
+    behavior_break = (settings["behavior_break_step"] if "behavior_break_step" in settings
+                      else ctx.record.behavior_break_step)
+    rows = read_metrics_csv(ctx.inputs["metrics"])
+    selected = select_checkpoint(candidates, rule, rows, behavior_break)
+    chosen = next(candidate for candidate in candidates if candidate.step == selected["step"])
+    write_json(ctx.outputs["selected"], {
+        "status": "completed",
+        "job": ctx.job,
+        "store": listing.get("store"),
+        **selected,
+        "ema": None if selected["ema"] is None else {str(step): value for step, value in selected["ema"].items()},
+        "keys": {source: chosen.keys.get(source, []) for source in chosen.complete_sources},
+        "reasons": chosen.reasons,
+    })

@@ -1194,6 +1194,9 @@ def report_markdown(surface: Surface, trials: Sequence[Mapping[str, Any]], *, jo
     return "\n".join(out)
 
 
+OUTPUT_FILES: tuple[str, ...] = ("metrics.csv", "superseded.csv", "eval.csv", "trials.csv", "report.md", "reward.png")
+
+
 def write_outputs(surface: Surface, trials: Sequence[Mapping[str, Any]], out_dir: str | os.PathLike[str], *,
                   candidates: Iterable[Any] | None = None, selected_step: int | None = None,
                   behavior_break_step: int | None = None, job: str | None = None) -> dict[str, str]:
@@ -1219,6 +1222,80 @@ def write_outputs(surface: Surface, trials: Sequence[Mapping[str, Any]], out_dir
         atomic_write_bytes(target / name, data)
         written[name] = str(target / name)
     return written
+
+
+# --------------------------------------------------------------------------- pipeline step
+
+TAR_READ_BYTES = 1 << 20
+IN_MEMORY_RESULT_BYTES = 32 << 20  # larger result.json files are spilled to disk and mapped
+
+
+def _tar_logs(tar_path: Path, attempts: Sequence[str]) -> list[tuple[str, ParsedLog]]:
+    """Every attempt's trainer log from logs.tar (members attempts/<slug>/trainer.log), parsed
+    as a stream, in the record's chain order."""
+    import tarfile
+
+    parsed = []
+    with tarfile.open(tar_path, "r:") as tar:
+        for slug in attempts:
+            name = f"attempts/{slug}/trainer.log"
+            try:
+                handle = tar.extractfile(tar.getmember(name))
+            except KeyError:
+                handle = None
+            if handle is None:
+                raise MetricsError(f"{tar_path}: no {name}: the trainer log of attempt {slug} was not synced")
+            with handle:
+                chunks = iter(lambda: handle.read(TAR_READ_BYTES), b"")
+                parsed.append((slug, parse_log_stream(chunks, f"{tar_path.name}:{name}")))
+    return parsed
+
+
+def _tar_results(tar_path: Path, scratch: Path) -> Iterator[tuple[str, Any]]:
+    """(trial, result.json bytes or mmap) for every <trial>/result.json in trace_jobs.tar, one
+    at a time; a large one is copied to scratch and mapped instead of read into memory."""
+    import shutil
+    import tarfile
+
+    with tarfile.open(tar_path, "r:") as tar:
+        for member in tar:
+            parts = member.name.split("/")
+            if len(parts) != 2 or parts[1] != "result.json" or not member.isfile():
+                continue
+            handle = tar.extractfile(member)
+            if handle is None:
+                continue
+            with handle:
+                if member.size <= IN_MEMORY_RESULT_BYTES:
+                    yield parts[0], handle.read()
+                    continue
+                spill = scratch / "large-result.json"
+                with open(spill, "wb") as out:
+                    shutil.copyfileobj(handle, out, TAR_READ_BYTES)
+            with open(spill, "rb") as mapped_file, mmap.mmap(mapped_file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                yield parts[0], mapped
+            spill.unlink(missing_ok=True)
+
+
+def metric_surface_step(ctx: Any) -> None:
+    """`<job>/metrics/`: the surface from every attempt's log in logs.tar (chain order from the
+    record), the trial table from trace_jobs.tar, the report and the plot."""
+    from rlkeep.jsonio import read_json
+
+    parsed = _tar_logs(ctx.inputs["logs"], ctx.record.attempts)
+    surface = surface_from_parsed(parsed)
+    trials = trials_from_results(_tar_results(ctx.inputs["traces"], ctx.work_dir("metric_surface")))
+    candidates = read_json(ctx.inputs["candidates"]).get("candidates", []) if "candidates" in ctx.inputs else None
+    out_dir = ctx.outputs["metrics"].parent
+    foreign = sorted(str(path) for path in ctx.outputs.values() if path.parent != out_dir or path.name not in OUTPUT_FILES)
+    if foreign:
+        raise MetricsError(f"metric_surface: outputs {foreign} are not among {', '.join(OUTPUT_FILES)} in {out_dir}")
+    write_outputs(surface, trials, out_dir, candidates=candidates,
+                  behavior_break_step=ctx.record.behavior_break_step, job=ctx.job)
+    for info in surface.files:
+        print(f"{info['source']}: {info['serialization']}, {len(info['steps'])} steps")
+    print(f"metrics: {len(surface.rows)} steps, {len(surface.superseded)} superseded rows, {len(trials)} trials "
+          f"({sum(1 for t in trials if t.get('error'))} malformed result.json)")
 
 
 # --------------------------------------------------------------------------- CLI
