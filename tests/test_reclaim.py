@@ -221,3 +221,20 @@ def test_the_plan_needs_no_store_access(monkeypatch) -> None:
 def test_bad_manifests_fail_naming_the_field(manifests: dict, message: str) -> None:
     with pytest.raises(RlkeepError, match=message):
         plan_reclaim(record_for("bucket"), manifests)
+
+
+def test_reclaim_on_a_file_store_touches_only_planned_files(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    data = {"job": "rl-demo", "user": "demo", "scheduler": "none", "chain": ["/demo/rl-demo"],
+            "store": f"file://{root}/iris/rl-demo", "checkpoint": {"interval": 20}}
+    record = validate_record_data(data, Path("records/rl-demo.yaml"))
+    for key, body in {"iris/rl-demo/logs/rl-demo.out": b"log", "iris/rl-demo/ckpts/global_step_2/m.pt": b"12345",
+                      "iris/rl-demo/late.txt": b"late", "iris/rl-demo-r1/logs/x.out": b"sibling"}.items():
+        (root / key).parent.mkdir(parents=True, exist_ok=True)
+        (root / key).write_bytes(body)
+    plan = plan_reclaim(record, {"logs": manifest(record.store, [("logs/rl-demo.out", 3), ("logs/gone.out", 4)],
+                                                  [("ckpts/global_step_2/m.pt", 5)])})
+    result = execute_reclaim(plan, tmp_path / "journal.json")
+    assert (result["deleted_keys"], result["deleted_bytes"], result["missing"]) == (2, 8, ["logs/gone.out"])
+    left = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+    assert left == ["iris/rl-demo-r1/logs/x.out", "iris/rl-demo/late.txt"]

@@ -176,3 +176,12 @@ def test_passwords_never_leave_the_url(postgres_server: PostgresServer) -> None:
     assert "cannot connect" in str(error.value) and "s3cr3t-pw-value" not in str(error.value)
     with pytest.raises(RlkeepError, match="registry URL scheme 'mysql'"):
         register_run("mysql://u:p@h/db", **RUN)
+
+
+def test_cli_adds_a_base_model_explicitly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from rlkeep.registry import cli_main
+
+    url = f"sqlite:///{tmp_path}/r.db"
+    assert cli_main(["add-base-model", url, BASE, "--owner", "campaign"]) == 0
+    assert '"action": "inserted"' in capsys.readouterr().out
+    assert register_run(url, **RUN)["base_model_id"] == Db(url).rows("SELECT id FROM base_models")[0][0]

@@ -319,3 +319,19 @@ def register_run(
         "owner": owner,
         "registered_at": registered_at,
     }
+
+
+def cli_main(argv: list[str]) -> int:
+    """`rlkeep registry add-base-model URL HUB_ID --owner O`: the operator's explicit base-model row."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="rlkeep registry", description="Campaign registry operations.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    add = commands.add_parser("add-base-model", help="register a base model under its exact Hub id")
+    add.add_argument("url", help="sqlite:///path or postgresql://user@host:port/db")
+    add.add_argument("hub_id", help="exact Hub id, e.g. Qwen/Qwen3-8B")
+    add.add_argument("--owner", required=True)
+    args = parser.parse_args(argv)
+    print(json.dumps(register_base_model(args.url, hub_id=args.hub_id, owner=args.owner), sort_keys=True))
+    return 0
