@@ -296,7 +296,7 @@ def test_verify_accepts_a_good_archive(tmp_path: Path) -> None:
 
 def rewrite_manifest(manifest: Path, edit) -> None:
     """Edit the MANIFEST lines and keep the summary counts consistent (a plausible but wrong MANIFEST)."""
-    summary, entries = parse_manifest(manifest.read_text(), str(manifest))
+    parse_manifest(manifest.read_text(), str(manifest))  # it parses before the edit
     lines = manifest.read_text().splitlines()
     body = edit(lines[1:])
     kept = [l.split("\t") for l in body if l.startswith("kept\t")]
