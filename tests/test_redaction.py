@@ -6,10 +6,10 @@ file nor the module holds a string a secret scanner would take for a credential.
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import os
 import random
+import re
 import stat
 import subprocess
 import sys
@@ -87,6 +87,35 @@ def test_every_rule_has_distinct_samples_and_a_literal_prefix() -> None:
         if rule.lowercase:  # lower-case rules run on lower-cased text: their prefixes must be lower case
             assert all(prefix == prefix.lower() for prefix in rule.prefixes), rule.kind
     assert set(CORPUS_KINDS) | {ENVIRONMENT_KIND} == set(KINDS)
+
+
+def test_each_hint_accepts_every_match_of_its_rule() -> None:
+    """The optional re2 prefilter only looks where prefix + hint matches: that must be a superset
+    of the rule (checked here with `re`, whose syntax the hints share)."""
+    rng = random.Random(13)
+    for index, rule in enumerate(RULES):
+        samples = [rule.positive, json.dumps({"x": rule.positive})]
+        samples += [plant(rule.kind, rng).text for _ in range(20)] if rule.kind in CORPUS_KINDS else []
+        for prefix in rule.prefixes:
+            body = re.compile(re.escape(prefix.encode()) + rule.body.encode())
+            hint = re.compile(re.escape(prefix.encode()) + rule.hint.encode(), re.I if rule.lowercase else 0)
+            for sample in samples:
+                subject = sample.encode().lower() if rule.lowercase else sample.encode()
+                for match in body.finditer(subject):
+                    assert hint.match(sample.encode(), match.start()), (RULE_IDS[index], prefix)
+
+
+def test_short_and_long_texts_find_the_same() -> None:
+    """Short texts take the trie prefilter, windows the per-prefix one: same findings."""
+    stdlib = Redactor(engine="re")
+    rng = random.Random(14)
+    filler = "\n".join(benign_lookalikes(rng)) + "\n"
+    for kind in CORPUS_KINDS:
+        text = f"config: {plant(kind, rng).text} end\n"
+        short = stdlib.find_in_text(text)
+        padding = filler * (redaction._StdlibPrefilter.SHORT // len(filler) + 1)
+        long = stdlib.find_in_text(padding + text)
+        assert short and [(line + padding.count("\n"), k) for line, k in short] == long, kind
 
 
 def test_sources_hold_no_sample_secret_literally() -> None:

@@ -269,6 +269,7 @@ RULES: tuple[Rule, ...] = (
         negative="aws_access_key_id = " + "AKIA" + "IOSFODNN7" + "EXAMPLE",
         left="word",
         accept=_accept_not_example,
+        hint=r"[A-Z0-9]{16}",
     ),
     Rule(
         kind="aws_secret_access_key",
@@ -280,6 +281,7 @@ RULES: tuple[Rule, ...] = (
         negative=f"aws_key_commit: {_S_WANDB_HEX}",
         lowercase=True,
         accept=_accept_aws_secret,
+        hint=r"[\s\S]{0,20}(?:secret|key|pwd|pass|token)",
     ),
     Rule(
         kind="aws_secret_access_key",
@@ -301,6 +303,7 @@ RULES: tuple[Rule, ...] = (
         secret=_S_HF,
         negative="from huggingface_hub import hf_hub_download; hf_" + "abc",
         left="word",
+        hint=r"[A-Za-z0-9]{34}",
     ),
     Rule(
         kind="anthropic_api_key",
@@ -311,6 +314,7 @@ RULES: tuple[Rule, ...] = (
         secret=_S_ANTHROPIC,
         negative="the sk-" + "ant-api03- prefix marks an Anthropic key",
         left="word",
+        hint=r"[a-z0-9]{2,10}-[A-Za-z0-9_-]{20}",
     ),
     Rule(
         kind="openai_api_key",
@@ -333,6 +337,7 @@ RULES: tuple[Rule, ...] = (
         secret=_S_GITHUB,
         negative="sigh" + "s_and_" + "ghp" + "_short_" + _filler("gh-neg", 12),
         left="word",
+        hint=r"[A-Za-z0-9]{36}",
     ),
     Rule(
         kind="github_token",
@@ -343,6 +348,7 @@ RULES: tuple[Rule, ...] = (
         secret=_S_GITHUB_PAT,
         negative="fine-grained tokens start with github" + "_pat_ and are 93 characters",
         left="word",
+        hint=r"[A-Za-z0-9_]{50}",
     ),
     Rule(
         kind="google_api_key",
@@ -353,6 +359,7 @@ RULES: tuple[Rule, ...] = (
         secret=_S_GOOGLE,
         negative="AI" + "za" + _filler("google-neg", 20),
         left="word",
+        hint=r"[0-9A-Za-z_-]{35}",
     ),
     Rule(
         kind="slack_token",
@@ -364,6 +371,7 @@ RULES: tuple[Rule, ...] = (
         negative="xo" + "xb-placeholder-value-here",
         left="word",
         accept=_accept_with_digit,
+        hint=r"[0-9A-Za-z-]{10}",
     ),
     Rule(
         kind="slack_webhook",
@@ -373,6 +381,7 @@ RULES: tuple[Rule, ...] = (
         positive=f"notify: https://hooks.slack.com/services/{_S_SLACK_HOOK}",
         secret=_S_SLACK_HOOK,
         negative="docs at https://hooks.slack.com/ and https://api.slack.com/messaging/webhooks",
+        hint=r"(?:services|workflows|triggers)/[A-Za-z0-9+/_-]{20}",
     ),
     Rule(
         kind="wandb_api_key",
@@ -383,6 +392,7 @@ RULES: tuple[Rule, ...] = (
         secret=_S_WANDB_V1,
         negative="keys since 0.22.3 start with wandb" + "_v1_ and are 86 characters",
         left="word",
+        hint=r"[A-Za-z0-9_]{40}",
     ),
     Rule(
         kind="jwt",
@@ -417,7 +427,7 @@ RULES: tuple[Rule, ...] = (
         negative="machine api.wandb.ai login user password ${WANDB_API_KEY}",
         lowercase=True,
         accept=_accept_opaque,
-        hint=r"[ \t\\]",
+        hint=r"""(?:[ \t]|\\t)+[^\s"'\\]+(?:[\t\n\v\f\r ]|\\[nrt])+login(?:[\t\n\v\f\r ]|\\[nrt])""",
     ),
     Rule(
         kind="wandb_api_key",
@@ -453,7 +463,7 @@ RULES: tuple[Rule, ...] = (
         lowercase=True,
         left="word",
         accept=_accept_letter_and_digit,
-        hint=r"\s+[a-z0-9._~+/-]{20}",
+        hint=r"[\t\n\v\f\r ]+[a-z0-9._~+/-]{20}",
     ),
     Rule(
         kind="generic_secret",
@@ -501,7 +511,7 @@ class Finding:
     line: int  # 1-based
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # hashed by identity: used as a dict key per window
 class _Probe:
     """One (rule, prefix) pair: a regex that starts with a literal, so `re` can skip ahead fast."""
 
@@ -608,52 +618,116 @@ def _literal_forms(values: Iterable[str]) -> tuple[bytes, ...]:
     return tuple(sorted((form for form in forms if len(form) >= MIN_LITERAL_LENGTH), key=len, reverse=True))
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Candidates:
-    """Where to run which probes: matches of `probes` (and `literals`) that start in [start, end)."""
+    """What to try: each probe with the positions where its prefix starts (None: scan everything),
+    and the literal values that occur."""
 
-    start: int
-    end: int
-    probes: Sequence[_Probe]
-    literals: Sequence[bytes]
+    probes: dict[_Probe, list[int] | None] = field(default_factory=dict)
+    literals: list[bytes] = field(default_factory=list)
 
 
 class _Prefilter(Protocol):
-    def candidates(self, hay: bytes, lowered: Callable[[], bytes]) -> list[_Candidates]:
+    def candidates(self, hay: bytes, lowered: Callable[[], bytes]) -> _Candidates:
         """A superset of the places where a probe or literal can match in `hay`."""
 
 
-class _NeedlePrefilter:
-    """Stdlib: one substring test per distinct prefix; the triggered probes then scan all of `hay`."""
+class _NeedleIndex:
+    """Which probes' prefixes (and which literals) start inside a stretch of text."""
 
     def __init__(self, probes: Sequence[_Probe], literals: Sequence[bytes]) -> None:
         by_needle: dict[tuple[bytes, bool], list[_Probe]] = {}
         for probe in probes:
             by_needle.setdefault((probe.needle, probe.rule.lowercase), []).append(probe)
         self._by_needle = tuple(by_needle.items())
+        self._by_first_byte: dict[int, list[tuple[bytes, bool, list[_Probe]]]] = {}
+        for (needle, lowercase), group in self._by_needle:
+            self._by_first_byte.setdefault(needle[:1].lower()[0], []).append((needle, lowercase, group))
         self._literals = tuple(literals)
 
-    def candidates(self, hay: bytes, lowered: Callable[[], bytes]) -> list[_Candidates]:
-        probes = [probe for (needle, lowercase), group in self._by_needle
-                  if needle in (lowered() if lowercase else hay) for probe in group]
-        literals = [literal for literal in self._literals if literal in hay]
-        return [_Candidates(0, len(hay), probes, literals)] if probes or literals else []
+    def _located(self, hay: bytes, spans: Iterable[tuple[int, int]]) -> _Candidates:
+        """The prefixes and literals starting inside the stretches where a prefilter pattern matched.
+
+        Every stdlib match starts at an occurrence of its prefix where the prefilter pattern
+        matches too, and a leftmost-first scan that resumes after each match reports a match
+        starting at or spanning every such occurrence: so these stretches miss nothing."""
+        found = _Candidates()
+        literals: set[bytes] = set()
+        for start, end in spans:
+            raw = hay[start:end + MAX_PREFIX_LENGTH]
+            lowered = raw.lower()
+            for index in range(end - start):
+                for needle, lowercase, group in self._by_first_byte.get(lowered[index], ()):
+                    if (lowered if lowercase else raw).startswith(needle, index):
+                        for probe in group:
+                            found.probes.setdefault(probe, []).append(start + index)  # type: ignore[union-attr]
+            literals.update(literal for literal in self._literals
+                            if hay.find(literal, start, end + len(literal) - 1) >= 0)
+        for positions in found.probes.values():
+            positions.sort()  # type: ignore[union-attr]
+        found.literals = sorted(literals, key=len, reverse=True)
+        return found
+
+
+def _trie_pattern(words: Iterable[bytes]) -> bytes:
+    """An alternation of literals as a trie (`a(?:pi_key|ws)`), which `re` can try quickly at
+    each position (a flat alternation of 70 words tries every branch)."""
+    trie: dict = {}
+    for word in words:
+        node = trie
+        for byte in word:
+            node = node.setdefault(byte, {})
+        node[None] = {}
+
+    def emit(node: dict) -> bytes:
+        branches = [re.escape(bytes([byte])) + emit(child)
+                    for byte, child in sorted((k, v) for k, v in node.items() if k is not None)]
+        if not branches:
+            return b""
+        body = branches[0] if len(branches) == 1 else b"(?:" + b"|".join(branches) + b")"
+        if None in node:  # a word ends here and a longer one continues: prefer the longer
+            return (b"(?:" + body + b")?") if len(branches) == 1 else body + b"?"
+        return body
+
+    return emit(trie) or b"(?!)"
+
+
+class _StdlibPrefilter(_NeedleIndex):
+    """Stdlib only. A window: one substring test per distinct prefix, then the triggered probes
+    scan all of it. A short text (one field of a trace row): one trie of all prefixes instead."""
+
+    SHORT = 16 << 10
+    FEW = 16  # more prefix hits than this in a short text: scanning it per probe is cheaper
+
+    def __init__(self, probes: Sequence[_Probe], literals: Sequence[bytes]) -> None:
+        super().__init__(probes, literals)
+        self._raw = re.compile(_trie_pattern([needle for (needle, lowercase), _ in self._by_needle if not lowercase]
+                                             + list(self._literals)))
+        self._lower = re.compile(_trie_pattern(needle for (needle, lowercase), _ in self._by_needle if lowercase))
+
+    def candidates(self, hay: bytes, lowered: Callable[[], bytes]) -> _Candidates:
+        if len(hay) <= self.SHORT:
+            spans = [m.span() for m in self._raw.finditer(hay)] + [m.span() for m in self._lower.finditer(lowered())]
+            if len(spans) <= self.FEW:
+                return self._located(hay, spans)
+        probes: dict[_Probe, list[int] | None] = {
+            probe: None for (needle, lowercase), group in self._by_needle
+            if needle in (lowered() if lowercase else hay) for probe in group}
+        return _Candidates(probes, [literal for literal in self._literals if literal in hay])
 
 
 def _re2_bytes_literal(text: bytes) -> bytes:
     return b"".join(bytes([c]) if chr(c).isalnum() and c < 128 else b"\\x%02x" % c for c in text)
 
 
-class _Re2Prefilter:
-    """google-re2: one DFA pass of the alternation of every prefix (plus its rule's hint) and every
-    literal gives the few places worth a look; there, only the probes whose prefix occurs run.
-
-    Every stdlib match starts at an occurrence of its prefix where prefix + hint matches, and
-    each such occurrence lies inside one of the reported RE2 matches (leftmost-first, scanning
-    every position), so the candidates miss nothing. Latin-1 mode makes each byte one character,
-    as for `re` on bytes: invalid UTF-8 cannot hide a match."""
+class _Re2Prefilter(_NeedleIndex):
+    """google-re2: one DFA pass of the alternation of every prefix (plus its rule's hint, which
+    keeps frequent words like `token` from triggering without a value) and every literal gives
+    the few stretches worth a look; there, only the probes whose prefix occurs run. Latin-1 mode
+    makes each byte one character, as for `re` on bytes: invalid UTF-8 cannot hide a match."""
 
     def __init__(self, probes: Sequence[_Probe], literals: Sequence[bytes]) -> None:
+        super().__init__(probes, literals)
         assert _re2 is not None
         options = _re2.Options()
         options.encoding = _re2.Options.Encoding.LATIN1
@@ -662,31 +736,31 @@ class _Re2Prefilter:
                         + probe.rule.hint.encode() + b")" for probe in probes]
         alternatives += [_re2_bytes_literal(literal) for literal in literals]
         self._regex = _re2.compile(b"|".join(alternatives), options)
-        self._by_first_byte: dict[int, list[tuple[bytes, bool, list[_Probe]]]] = {}
-        by_needle: dict[tuple[bytes, bool], list[_Probe]] = {}
-        for probe in probes:
-            by_needle.setdefault((probe.needle, probe.rule.lowercase), []).append(probe)
-        for (needle, lowercase), group in by_needle.items():
-            self._by_first_byte.setdefault(needle[:1].lower()[0], []).append((needle, lowercase, group))
-        self._literals = tuple(literals)
 
-    def _probes_starting_in(self, hay: bytes, start: int, end: int) -> list[_Probe]:
-        raw = hay[start:end + MAX_PREFIX_LENGTH]
-        lowered = raw.lower()
-        probes: list[_Probe] = []
-        for index in range(end - start):
-            for needle, lowercase, group in self._by_first_byte.get(lowered[index], ()):
-                if (lowered if lowercase else raw).startswith(needle, index):
-                    probes.extend(group)
-        return probes
+    def candidates(self, hay: bytes, lowered: Callable[[], bytes]) -> _Candidates:
+        return self._located(hay, (match.span() for match in self._regex.finditer(hay)))
 
-    def candidates(self, hay: bytes, lowered: Callable[[], bytes]) -> list[_Candidates]:
-        found: list[_Candidates] = []
-        for match in self._regex.finditer(hay):
-            start, end = match.span()
-            literals = [literal for literal in self._literals if hay.find(literal, start, end + len(literal) - 1) >= 0]
-            found.append(_Candidates(start, end, self._probes_starting_in(hay, start, end), literals))
-        return found
+
+def _matches(regex: re.Pattern[bytes], subject: bytes, positions: list[int] | None, begin: int, stop: int
+             ) -> Iterator[re.Match[bytes]]:
+    """`regex.finditer(subject, begin)` up to the first match starting at or after `stop`; with
+    `positions` (where the regex's prefix occurs) the same matches, found by trying only there."""
+    if positions is None:
+        for match in regex.finditer(subject, begin):
+            if match.start() >= stop:
+                return
+            yield match
+        return
+    resume = begin
+    for position in positions:
+        if position >= stop:
+            return
+        if position < resume:
+            continue
+        match = regex.match(subject, position)
+        if match is not None:
+            yield match
+            resume = max(match.end(), position + 1)
 
 
 def available_engines() -> tuple[str, ...]:
@@ -708,7 +782,7 @@ class Redactor:
             for priority, rule in enumerate(RULES) for needle in rule.prefixes
         )
         self._literals = _literal_forms(literals)
-        prefilter_class = _Re2Prefilter if engine == "re2" else _NeedlePrefilter
+        prefilter_class = _Re2Prefilter if engine == "re2" else _StdlibPrefilter
         self._prefilter: _Prefilter = prefilter_class(self._probes, self._literals)
 
     def __repr__(self) -> str:  # never the literal values
@@ -748,42 +822,25 @@ class Redactor:
         spans: list[_Span] = []
         first, last = lo - start, hi - start  # [lo, hi) in hay coordinates
         scan_from = max(0, first - CONTEXT)
-        for place in self._prefilter.candidates(hay, lowered):
-            if place.end <= scan_from or place.start >= last:
-                continue
-            begin_at = max(place.start, scan_from)
-            stop_at = min(place.end, last)  # matches must start before this
-            limit = min(len(hay), place.end + MAX_MATCH_LENGTH)
-            whole = place.start == 0 and limit == len(hay)
-            lowered_view: bytes | None = None
-            for probe in place.probes:
-                rule = probe.rule
-                if rule.lowercase:
-                    if lowered_view is None:
-                        lowered_view = lowered() if whole else hay[place.start:limit].lower()
-                    offset = 0 if whole else place.start
-                    matches = probe.regex.finditer(lowered_view, begin_at - offset)
-                else:
-                    offset = 0
-                    matches = probe.regex.finditer(hay, begin_at, limit)
-                for match in matches:
-                    if match.start() + offset >= stop_at:
-                        break
-                    begin, end = match.span(rule.group)
-                    begin, end = begin + offset, end + offset
-                    if begin < first or begin >= last or begin == end:
-                        continue
-                    if rule.left and not _left_boundary_ok(hay, match.start() + offset, rule.left):
-                        continue
-                    if rule.accept is not None and not rule.accept(hay[begin:end]):
-                        continue
-                    spans.append(_Span(start + begin, start + end, probe.priority, rule.kind))
-            for literal in place.literals:
-                position = hay.find(literal, max(first, place.start), min(last, stop_at) + len(literal) - 1)
-                while position >= 0:
-                    spans.append(_Span(start + position, start + position + len(literal), _LITERAL_PRIORITY,
-                                       ENVIRONMENT_KIND))
-                    position = hay.find(literal, position + 1, min(last, stop_at) + len(literal) - 1)
+        candidates = self._prefilter.candidates(hay, lowered)
+        for probe, positions in candidates.probes.items():
+            rule = probe.rule
+            subject = lowered() if rule.lowercase else hay
+            for match in _matches(probe.regex, subject, positions, scan_from, last):
+                begin, end = match.span(rule.group)
+                if begin < first or begin >= last or begin == end:
+                    continue
+                if rule.left and not _left_boundary_ok(hay, match.start(), rule.left):
+                    continue
+                if rule.accept is not None and not rule.accept(hay[begin:end]):
+                    continue
+                spans.append(_Span(start + begin, start + end, probe.priority, rule.kind))
+        for literal in candidates.literals:
+            position = hay.find(literal, first, last + len(literal) - 1)
+            while position >= 0:
+                spans.append(_Span(start + position, start + position + len(literal), _LITERAL_PRIORITY,
+                                   ENVIRONMENT_KIND))
+                position = hay.find(literal, position + 1, last + len(literal) - 1)
         return _merge(spans)
 
     def _redact_region(self, window: bytes, lo: int, cut: int, first_line: int

@@ -248,8 +248,9 @@ def generate(root: Path, size_mb: float, seed: int = 1) -> tuple[list[Expected],
                  lambda: _metrics_record(rng, next(steps)), planter)
     _write_log(root / "trainer" / "train.log", root, int(total * 0.1), rng, pool, planter)
     trace_total = int(total * 0.45)
-    per_file = max(1, min(trace_total, 20_000_000))
-    for index in range(max(1, trace_total // per_file)):
+    trace_files = -(-trace_total // 20_000_000)  # files of at most 20 MB
+    per_file = trace_total // trace_files
+    for index in range(trace_files):
         _write_jsonl(root / "traces" / f"trials_{index:03d}.jsonl", root, per_file,
                      lambda: _trajectory(rng, pool), planter)
     _write_pretty(root / "result.json", root, int(total * 0.15), rng, pool, planter)
