@@ -86,7 +86,7 @@ def open_store(url: str) -> Store:
             raise StoreError(f"{url}: expected s3://bucket/prefix")
         return S3Store(url, parsed.netloc, parsed.path.strip("/"))
     if parsed.scheme == "file":
-        if not parsed.path.startswith("/"):
+        if parsed.netloc not in {"", "localhost"} or not parsed.path.startswith("/"):
             raise StoreError(f"{url}: expected file:///absolute/path")
         return FileStore(url, Path(parsed.path))
     raise StoreError(f"{url}: unsupported store URL; expected s3://bucket/prefix or file:///absolute/path")
@@ -182,31 +182,66 @@ class FileStore:
 # --------------------------------------------------------------------------- s3://
 
 
-_local = threading.local()
+_clients: dict[str | None, object] = {}
+_clients_lock = threading.Lock()
 
 
 def s3_client():  # type: ignore[no-untyped-def]
-    """One boto3 client per thread and endpoint (clients are thread-safe, sessions are not)."""
+    """One boto3 client per endpoint for the whole process: clients are thread-safe, and each
+    costs tens of MB and noticeable CPU to build (a client per thread multiplies both)."""
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    clients = _local.__dict__.setdefault("clients", {})
-    client = clients.get(endpoint)
-    if client is None:
-        import boto3
-        from botocore.config import Config
+    client = _clients.get(endpoint)
+    if client is not None:
+        return client
+    with _clients_lock:
+        client = _clients.get(endpoint)
+        if client is None:
+            import boto3
+            from botocore.config import Config
 
-        config = Config(
-            retries={"max_attempts": API_ATTEMPTS, "mode": "standard"},
-            request_checksum_calculation="when_required",
-            response_checksum_validation="when_required",
-            connect_timeout=10,
-            read_timeout=60,
-            max_pool_connections=64,
-        )
-        session = boto3.session.Session()
-        region = session.region_name or os.environ.get("AWS_REGION") or "us-east-1"
-        client = session.client("s3", region_name=region, config=config)
-        clients[endpoint] = client
+            config = Config(
+                retries={"max_attempts": API_ATTEMPTS, "mode": "standard"},
+                request_checksum_calculation="when_required",
+                response_checksum_validation="when_required",
+                connect_timeout=10,
+                read_timeout=60,
+                max_pool_connections=64,
+            )
+            session = boto3.session.Session()
+            region = session.region_name or os.environ.get("AWS_REGION") or "us-east-1"
+            client = session.client("s3", region_name=region, config=config)
+            _clients[endpoint] = client
     return client
+
+
+class HttpStatusError(Exception):
+    def __init__(self, status: int, code: str) -> None:
+        super().__init__(f"HTTP {status} {code}".rstrip())
+        self.status = status
+
+
+def _error_code(body: bytes) -> str:
+    start, end = body.find(b"<Code>"), body.find(b"</Code>")
+    return body[start + 6:end].decode("utf-8", "replace") if 0 <= start < end else ""
+
+
+_pool = None
+
+
+def _http_pool():  # type: ignore[no-untyped-def]
+    global _pool
+    if _pool is None:
+        with _clients_lock:
+            if _pool is None:
+                import certifi
+                import urllib3
+
+                _pool = urllib3.PoolManager(
+                    maxsize=64, block=False, retries=False,
+                    timeout=urllib3.Timeout(connect=10, read=60),
+                    ca_certs=os.environ.get("AWS_CA_BUNDLE") or certifi.where(),
+                )
+    return _pool
 
 
 def _retryable(error: Exception) -> bool:
@@ -219,11 +254,15 @@ def _retryable(error: Exception) -> bool:
     )
     from urllib3.exceptions import ProtocolError
 
+    from urllib3.exceptions import HTTPError as Urllib3Error
+
     if isinstance(error, ClientError):
         status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
         code = error.response.get("Error", {}).get("Code", "")
         return status >= 500 or code in {"SlowDown", "Throttling", "RequestTimeout", "InternalError"}
-    return isinstance(error, (BotoConnectionError, HTTPClientError, IncompleteReadError, ResponseStreamingError, ProtocolError, OSError))
+    if isinstance(error, HttpStatusError):
+        return error.status >= 500 or error.status in {408, 429}
+    return isinstance(error, (Urllib3Error, BotoConnectionError, HTTPClientError, IncompleteReadError, ResponseStreamingError, ProtocolError, OSError))
 
 
 def _is_missing(error: Exception) -> bool:
@@ -301,13 +340,12 @@ class S3Store:
         for attempt in range(READ_ATTEMPTS):
             start = sink.tell()
             try:
-                response = s3_client().get_object(Bucket=self.bucket, Key=full)
-                body = response["Body"]
-                expected = int(response.get("ContentLength", -1))
-                size, digest = _hash_stream(body.iter_chunks(CHUNK), sink)
+                size, expected, digest = self._get(full, sink)
                 if expected >= 0 and size != expected:
                     raise StoreError(f"{what}: body ended after {size} of {expected} bytes")
                 return size, digest
+            except ObjectMissing:
+                raise ObjectMissing(f"{what}: listed but no longer exists") from None
             except Exception as error:  # noqa: BLE001
                 sink.seek(start)
                 sink.truncate()
@@ -318,6 +356,31 @@ class S3Store:
                     raise StoreError(f"{what}: read failed after {attempt + 1} attempts: {_describe_error(error)}") from None
                 time.sleep(min(8.0, 0.2 * 2**attempt))
         raise AssertionError("unreachable")
+
+    def _get(self, full_key: str, sink: IO[bytes]) -> tuple[int, int, str]:
+        """GET one object into sink: (bytes read, Content-Length, sha256).
+
+        The default path presigns the request with botocore and streams it with urllib3:
+        about half the client CPU of get_object, which dominates when syncing many small
+        objects. RLKEEP_S3_PRESIGNED_GET=0 falls back to get_object (e.g. behind a proxy).
+        """
+        if os.environ.get("RLKEEP_S3_PRESIGNED_GET", "1") == "0":
+            response = s3_client().get_object(Bucket=self.bucket, Key=full_key)
+            size, digest = _hash_stream(response["Body"].iter_chunks(CHUNK), sink)
+            return size, int(response.get("ContentLength", -1)), digest
+        url = s3_client().generate_presigned_url("get_object", Params={"Bucket": self.bucket, "Key": full_key},
+                                                 ExpiresIn=900)
+        response = _http_pool().request("GET", url, preload_content=False, decode_content=False, redirect=False)
+        try:
+            if response.status == 404:
+                raise ObjectMissing(full_key)
+            if response.status != 200:
+                raise HttpStatusError(response.status, _error_code(response.read(4096)))
+            expected = int(response.headers.get("Content-Length", -1))
+            size, digest = _hash_stream(response.stream(CHUNK, decode_content=False), sink)
+            return size, expected, digest
+        finally:
+            response.release_conn()
 
     def read_bytes(self, key: str) -> bytes:
         import io
