@@ -6,6 +6,8 @@
 # Every artifact is a file target (CONTRACT.md section 4); where each one is made:
 #   <job>/chain.json, <job>/retries.json ............... rules/capture.smk
 #   <job>/sync/{logs,trace_jobs}.tar + .manifest.json .. rules/sync.smk
+#   <job>/checkpoint/candidates.json, selected.json .... rules/checkpoint.smk
+#   <job>/metrics/{metrics,trials}.csv, report.md, reward.png  rules/checkpoint.smk
 #   <job>/DONE, <job>/REPORT.md, <job>/STATUS.json ....... rules/report.smk
 # Each rule runs one function of the `rlkeep` package (scripts/rlkeep/), named in its
 # `params: run=` and logged to <job>/logs/<rule>.log.
@@ -24,6 +26,7 @@ configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 include: "rules/common.smk"
 include: "rules/capture.smk"
 include: "rules/sync.smk"
+include: "rules/checkpoint.smk"
 include: "rules/report.smk"
 
 

@@ -32,6 +32,10 @@ STEPS: tuple[Step, ...] = (
     Step("stop_retries", "retries.json", "stop the run's pending retries, then rerun"),
     Step("sync_logs", "sync/logs.manifest.json", "make every attempt's trainer log readable, then rerun"),
     Step("sync_traces", "sync/trace_jobs.manifest.json", "fix the trace prefix or the skip policy named in the log, then rerun"),
+    Step("list_checkpoints", "checkpoint/candidates.json", "make the store's ckpts/ and exports/ listable, then rerun"),
+    Step("metric_surface", "metrics/metrics.csv", "fix the trainer log named in the log, then rerun"),
+    Step("select_checkpoint", "checkpoint/selected.json",
+         "declare checkpoint.rule in the record (ema_max, latest or step) from the listed candidates, then rerun"),
 )
 
 
@@ -93,23 +97,91 @@ def terminal_state(chain: dict[str, Any], retries: dict[str, Any]) -> str:
     return str(last.get("state", "unknown"))
 
 
+def _optional_json(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    data = read_json(path)
+    return data if isinstance(data, dict) else None
+
+
+REVISION_KEYS = ("source_revision", "git_sha", "git_commit", "git_revision", "commit_sha")
+
+
+def run_source_revision(logs_tar: Path) -> str:
+    """The training code's revision when the run recorded one in its resolved config; never guessed."""
+    import re
+    import tarfile
+
+    if not logs_tar.is_file():
+        return "not recorded"
+    pattern = re.compile(rb"^\s*(?:" + b"|".join(k.encode() for k in REVISION_KEYS) + rb")\s*:\s*['\"]?([0-9a-f]{7,40})\b", re.M)
+    with tarfile.open(logs_tar) as tar:
+        for member in tar:
+            if member.isfile() and member.name.endswith(("resolved_config.yaml", "config.yaml")) and member.size < 4 << 20:
+                handle = tar.extractfile(member)
+                match = pattern.search(handle.read()) if handle else None
+                if match:
+                    return f"{match.group(1).decode()} ({member.name})"
+    return "not recorded"
+
+
+def model_artifacts(job_dir: Path, record: JobRecord) -> dict[str, str]:
+    """present | absent | not_applicable for each required model artifact (runbook completion record)."""
+    if record.publish is None:
+        stage = job_dir / "model"
+        weights = "present" if any(stage.glob("*.safetensors")) else "absent"
+        tokenizer = "present" if (stage / "config.json").is_file() and any(
+            (stage / name).is_file() for name in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")) else "absent"
+        return {"weights": weights, "tokenizer_configuration": tokenizer,
+                "training_logs": "not_applicable", "training_traces_link": "not_applicable"}
+    verify = _optional_json(job_dir / "verify" / "model.json")
+    if verify is None or verify.get("status") != "completed":
+        return {key: "absent" for key in ("weights", "tokenizer_configuration", "training_logs", "training_traces_link")}
+    # the fresh download passed check-publication: every item below was checked on the Hub copy
+    return {"weights": "present", "tokenizer_configuration": "present", "training_logs": "present",
+            "training_traces_link": "present"}
+
+
 def build_completion_record(job_dir: Path, record: JobRecord) -> dict[str, Any]:
     steps = collect_steps(job_dir)
     chain = read_json(job_dir / "chain.json")
     retries = read_json(job_dir / "retries.json")
+    selected = _optional_json(job_dir / "checkpoint" / "selected.json") or {}
+    export = _optional_json(job_dir / "export.json") or {}
+    verify_model = _optional_json(job_dir / "verify" / "model.json") or {}
+    verify_traces = _optional_json(job_dir / "verify" / "traces.json") or {}
+    verify_archive = _optional_json(job_dir / "verify" / "archive.json") or {}
+    register = _optional_json(job_dir / "register.json")
+    reclaim = _optional_json(job_dir / "reclaim.json") or {}
     remaining = [
         {"step": name, "status": info["status"], "remaining": info.get("remaining", "")}
         for name, info in steps.items()
         if info["status"] not in {"completed", "not_applicable"}
     ]
+    publish = record.publish or {}
     return {
         "job": record.job,
         "terminal_state": terminal_state(chain, retries),
-        "source_revision": {"rlkeep": rlkeep_revision()},
+        "source_revision": {"run": run_source_revision(job_dir / "sync" / "logs.tar"), "rlkeep": rlkeep_revision()},
         "chain": [a["id"] for a in chain.get("attempts", [])],
         "retries_stopped": [s["id"] for s in retries.get("stopped", [])],
         "tracker_url": record.tracker_url,
         "steps": {name: info["status"] for name, info in steps.items()},
+        "checkpoint": {key: selected.get(key) for key in ("step", "rule", "rationale")} if selected else None,
+        "export": {"format": export.get("format"), "source": export.get("source"),
+                   "files": export.get("files")} if export else None,
+        "destinations": {
+            "model": publish.get("model"), "model_commit": verify_model.get("commit"),
+            "traces": publish.get("traces"), "traces_commit": verify_traces.get("commit"),
+            "archive": verify_archive.get("dest"),
+        } if record.publish or verify_archive.get("dest") else "not_applicable",
+        "artifacts": model_artifacts(job_dir, record),
+        "registration": register if register is not None else None,
+        "metrics": sorted(f"metrics/{p.name}" for p in (job_dir / "metrics").glob("*") if p.is_file()),
+        "verification": {name: (_optional_json(job_dir / "verify" / f"{name}.json") or {}).get("status")
+                         for name in ("model", "traces", "archive")},
+        "reclaimed": {"bytes": reclaim.get("deleted_bytes", 0), "keys": reclaim.get("deleted_keys", 0),
+                      "status": reclaim.get("status"), "reason": reclaim.get("reason")},
         "remaining_work": remaining,
     }
 
@@ -120,10 +192,28 @@ def render_report(done: dict[str, Any]) -> str:
     lines.append(f"- Attempts: {', '.join(done.get('chain', []))}")
     if done.get("retries_stopped"):
         lines.append(f"- Pending retries stopped: {', '.join(done['retries_stopped'])}")
-    if done.get("tracker_url"):
-        lines.append(f"- Tracker: {done['tracker_url']}")
+    lines.append(f"- Tracker: {done.get('tracker_url') or 'none recorded'}")
+    revision = done.get("source_revision", {})
+    lines.append(f"- Source revision: run {revision.get('run')}, rlkeep {revision.get('rlkeep')}")
+    checkpoint = done.get("checkpoint")
+    if checkpoint:
+        lines += ["", "## Selected checkpoint", "", f"Step **{checkpoint['step']}**: {checkpoint['rationale']}"]
+    export = done.get("export")
+    if export:
+        lines += ["", "## Export", "", f"Format {export.get('format')} from {export.get('source')}; "
+                  f"{len(export.get('files') or [])} files with sha256 in export.json."]
+    lines += ["", "## Model artifacts", "", "| artifact | state |", "|---|---|"]
+    lines += [f"| {name} | {state} |" for name, state in (done.get("artifacts") or {}).items()]
+    destinations = done.get("destinations")
+    if isinstance(destinations, dict):
+        lines += ["", "## Destinations", ""]
+        lines += [f"- {key}: {value}" for key, value in destinations.items() if value]
     lines += ["", "## Steps", "", "| step | status |", "|---|---|"]
     lines += [f"| {name} | {status} |" for name, status in done["steps"].items()]
+    reclaimed = done.get("reclaimed") or {}
+    lines += ["", "## Storage reclaimed", "",
+              f"{reclaimed.get('keys', 0)} objects, {reclaimed.get('bytes', 0):,} bytes"
+              + (f" ({reclaimed['reason']})" if reclaimed.get("reason") else "")]
     lines += ["", "## Remaining work", ""]
     if done["remaining_work"]:
         lines += [f"- {item['step']} ({item['status']}): {item['remaining']}" for item in done["remaining_work"]]
