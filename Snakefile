@@ -8,6 +8,8 @@
 #   <job>/sync/{logs,trace_jobs}.tar + .manifest.json .. rules/sync.smk
 #   <job>/checkpoint/candidates.json, selected.json .... rules/checkpoint.smk
 #   <job>/metrics/{metrics,trials}.csv, report.md, reward.png  rules/checkpoint.smk
+#   <job>/archive/<job>_archive.tgz, MANIFEST .......... rules/archive.smk
+#   <job>/verify/archive.json, register.json, reclaim.json  rules/archive.smk
 #   <job>/DONE, <job>/REPORT.md, <job>/STATUS.json ....... rules/report.smk
 # Each rule runs one function of the `rlkeep` package (scripts/rlkeep/), named in its
 # `params: run=` and logged to <job>/logs/<rule>.log.
@@ -27,6 +29,7 @@ include: "rules/common.smk"
 include: "rules/capture.smk"
 include: "rules/sync.smk"
 include: "rules/checkpoint.smk"
+include: "rules/archive.smk"
 include: "rules/report.smk"
 
 

@@ -17,6 +17,7 @@ import fnmatch
 import gzip
 import hashlib
 import io
+import logging
 import os
 import tarfile
 import zlib
@@ -30,6 +31,8 @@ from typing import IO, Any
 from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import atomic_write_bytes
 from rlkeep.storage import CHUNK, S3Store, Store, open_store, sha256_file
+
+log = logging.getLogger(__name__)
 
 DEFAULT_LARGE_THRESHOLD = 10 << 20  # raw terminal recordings above this are skipped
 MANIFEST_MEMBER = "MANIFEST"
@@ -638,3 +641,45 @@ def iter_manifest_entries(manifest_path: Path) -> Iterable[ManifestEntry]:
     """The artifacts listed in a MANIFEST file (for reports)."""
     _, entries = parse_manifest(Path(manifest_path).read_text(encoding="utf-8"), str(manifest_path))
     return entries
+
+
+# --------------------------------------------------------------------------- pipeline steps
+
+
+def archive_step(ctx: Any) -> None:
+    """`<job>/archive/<job>_archive.tgz` + `MANIFEST`: everything informative, never weights or dumps.
+
+    Independent of the metric surface on purpose: a malformed trainer log must not block the
+    archive (the logs and the run's own metric CSVs are inside logs.tar either way).
+    """
+    from rlkeep.jsonio import read_json
+
+    chain = read_json(ctx.inputs["chain"])
+    extra = [(name, ctx.inputs[key]) for name, key in (
+        ("chain.json", "chain"), ("retries.json", "retries"),
+        ("sync/logs.manifest.json", "logs_manifest"), ("sync/trace_jobs.manifest.json", "traces_manifest"))]
+    extra.append((f"records/{ctx.record.path.name}", ctx.record.path))
+    evidence = build_archive(
+        ctx.outputs["tgz"], ctx.outputs["manifest"],
+        sources=[("logs", ctx.inputs["logs"]), ("trace_jobs", ctx.inputs["traces"])],
+        extra_files=extra,
+        summary=summary_from_chain(ctx.record, chain),
+        large_threshold=int(ctx.settings.get("large_terminal_bytes", DEFAULT_LARGE_THRESHOLD)),
+    )
+    log.info("archive: %s kept files (%s bytes), %s skipped", evidence.get("kept_files"), evidence.get("kept_bytes"),
+             evidence.get("skipped_files"))
+
+
+def verify_archive_step(ctx: Any) -> None:
+    """`<job>/verify/archive.json`: the tarball lists the expected trees; the remote copy matches."""
+    from rlkeep.jsonio import write_json
+    from rlkeep.steps import check_transfer
+
+    local = verify_archive(ctx.inputs["tgz"], ctx.inputs["manifest"], expected_trees=["logs/", "trace_jobs/"])
+    dest = ctx.settings.get("dest")
+    remote = None
+    if dest:
+        check_transfer(ctx, nbytes=ctx.inputs["tgz"].stat().st_size, what=f"archive upload to {dest}")
+        remote = upload_archive(ctx.inputs["tgz"], ctx.inputs["manifest"], dest, ctx.job)
+    write_json(ctx.outputs["verify"], {"status": "completed", "local": local, "dest": dest,
+                                       "remote": remote if remote else "not_applicable: the record names no archive.dest"})

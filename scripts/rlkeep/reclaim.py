@@ -280,3 +280,54 @@ def execute_reclaim(
     journal["finished"] = True
     write_json(journal_path, journal)
     return _result(journal, journal_path)
+
+
+# --------------------------------------------------------------------------- pipeline step
+
+
+def reclaim_step(ctx: Any) -> None:
+    """`<job>/reclaim.json`: delete the run's own source objects, only under explicit authority and
+    only after every verify sentinel exists (runbook step 7); otherwise record why nothing was.
+
+    Weights (ckpts/, exports/) are kept when the model was not published anywhere: reclaiming
+    them would leave the run's only copy in this machine's data root.
+    """
+    from rlkeep.jsonio import read_json, write_json
+
+    sentinels = {name: read_json(ctx.inputs[name]) for name in ("model", "traces", "archive")}
+    journal_path = ctx.work_dir("reclaim") / "journal.json"
+    act, reason = reclaim_decision(authorized=bool(ctx.settings.get("authorized")), verify_sentinels=sentinels)
+    if not act:
+        if journal_path.is_file() and read_json(journal_path).get("finished"):
+            # an earlier invocation reclaimed under authority: keep saying so
+            result = read_json(journal_path)
+            write_json(ctx.outputs["reclaim"], {"status": "completed", "deleted_keys": result.get("deleted_keys", 0),
+                                                "deleted_bytes": result.get("deleted_bytes", 0),
+                                                "reason": "reclaimed by an earlier authorized invocation",
+                                                "journal": str(journal_path)})
+            return
+        write_json(ctx.outputs["reclaim"], {"status": "not_applicable", "deleted_keys": 0, "deleted_bytes": 0,
+                                            "reason": f"nothing was deleted: {reason}"})
+        return
+    manifests = {"logs": read_json(ctx.inputs["logs_manifest"]), "traces": read_json(ctx.inputs["traces_manifest"])}
+    plan = plan_reclaim(ctx.record, manifests)
+    kept_weights: list[dict[str, Any]] = []
+    if sentinels["model"].get("status") != "completed":
+        weight_prefixes = tuple(ctx.record.layout[name].strip("/") + "/" for name in ("ckpts", "exports"))
+        kept_weights = [o for o in plan["objects"] if o["key"].startswith(weight_prefixes)]
+        plan = _without(plan, {o["key"] for o in kept_weights})
+    plan_path = ctx.work_dir("reclaim") / "plan.json"
+    write_json(plan_path, plan)  # the plan is written before anything is deleted
+    result = execute_reclaim(plan, journal_path)
+    write_json(ctx.outputs["reclaim"], {
+        "status": "completed", "authorized_by": f"--config reclaim_authorized={ctx.job}",
+        "plan": str(plan_path), "planned_keys": len(plan["objects"]), "planned_bytes": plan["bytes"],
+        "kept_unpublished_weights": len(kept_weights), **result,
+    })
+
+
+def _without(plan: dict[str, Any], keys: set[str]) -> dict[str, Any]:
+    """The same plan minus some keys, with its id and totals recomputed."""
+    objects = [o for o in plan["objects"] if o["key"] not in keys]
+    return {**plan, "objects": objects, "keys": len(objects), "bytes": sum(o["size"] for o in objects),
+            "plan_id": plan_id(plan["store"], objects)}

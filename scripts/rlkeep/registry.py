@@ -335,3 +335,29 @@ def cli_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     print(json.dumps(register_base_model(args.url, hub_id=args.hub_id, owner=args.owner), sort_keys=True))
     return 0
+
+
+# --------------------------------------------------------------------------- pipeline step
+
+
+def register_step(ctx: Any) -> None:
+    """`<job>/register.json`: register only when the record says register.authorized (runbook step 6)."""
+    from rlkeep.jsonio import read_json, write_json
+    from rlkeep.steps import not_applicable
+
+    register = ctx.record.register
+    if not register or not register.get("authorized"):
+        write_json(ctx.outputs["register"], not_applicable("register.authorized is not true in the record"))
+        return
+    publish = ctx.record.publish
+    if publish is None or read_json(ctx.inputs["model"]).get("status") != "completed":
+        raise RlkeepError(f"{ctx.record.path}: registration is authorized but the model was not published and "
+                          "verified (register needs publish.model and verify/model.json)")
+    if not ctx.record.base_model:
+        raise RlkeepError(f"{ctx.record.path}: field 'base_model' is missing; registration needs the exact base-model "
+                          "lineage and rlkeep never guesses it")
+    traces_verified = read_json(ctx.inputs["traces"]).get("status") == "completed"
+    evidence = register_run(register["url"], model_repo=publish["model"],
+                            trace_repo=publish["traces"] if traces_verified else None,
+                            base_model=ctx.record.base_model, training_type="rl", job=ctx.job, owner=ctx.record.user)
+    write_json(ctx.outputs["register"], {**evidence, "status": "completed"})
