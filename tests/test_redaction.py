@@ -303,6 +303,8 @@ class Tree:
         self.clean.write_text("nothing to see: num_tokens=4096 git_sha=" + "0" * 40 + "\n")
         os.utime(self.clean, ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
         (root / "link.log").symlink_to(root / "logs" / "train.log")
+        (root / "alias").symlink_to(root / "sub", target_is_directory=True)
+        os.mkfifo(root / "pipe")
 
     EXPECTED = {
         ("logs/train.log", 2, "huggingface_token"),
@@ -320,6 +322,8 @@ class Tree:
         ("wide.txt", 2, "slack_token"),
     }
     SKIPPED = {
+        "alias": "not scanned: symlink",
+        "pipe": "not scanned: not a regular file",
         "link.log": "not scanned: symlink",
         "logs.tar.gz": "not scanned: binary (gzip)",
         "model.safetensors": redaction.SAFETENSORS_REASON,
@@ -328,7 +332,7 @@ class Tree:
 
     def snapshot(self) -> dict[str, tuple[int, int]]:
         return {p.relative_to(self.root).as_posix(): (p.lstat().st_ino, p.lstat().st_mtime_ns)
-                for p in sorted(self.root.rglob("*")) if p.is_file() or p.is_symlink()}
+                for p in sorted(self.root.rglob("*")) if p.is_file() or p.is_symlink() or p.is_fifo()}
 
 
 def finding_set(findings: list[Finding]) -> set[tuple[str, int, str]]:
@@ -338,7 +342,7 @@ def finding_set(findings: list[Finding]) -> set[tuple[str, int, str]]:
 def test_check_mode_reports_everything_and_writes_nothing(tmp_path: Path, redactor: Redactor) -> None:
     tree = Tree(tmp_path / "repo")
     before = tree.snapshot()
-    contents = {p: p.read_bytes() for p in tree.root.rglob("*") if p.is_file()}
+    contents = {p: p.read_bytes() for p in tree.root.rglob("*") if p.is_file() and not p.is_symlink()}
     report = redact_tree(tree.root, redactor, check=True)
     assert finding_set(report.findings) == Tree.EXPECTED
     assert dict(report.files_skipped) == Tree.SKIPPED
