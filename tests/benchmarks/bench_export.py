@@ -29,13 +29,16 @@ from rlkeep.jsonio import write_json
 
 MB = 10**6
 CHILD = """
-import json, sys, time
+import json, resource, sys, time
 from pathlib import Path
 from rlkeep.export import consolidate
-started = time.perf_counter()
+def cpu():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+cpu_started, started = cpu(), time.perf_counter()
 report = consolidate(Path(sys.argv[1]), Path(sys.argv[2]), max_shard_bytes=int(sys.argv[3]))
-elapsed = time.perf_counter() - started
-print(json.dumps({"seconds": elapsed, "weights": report["output"]["weights"], "tensors": report["tensor_count"]}))
+elapsed, cpu_seconds = time.perf_counter() - started, cpu() - cpu_started
+print(json.dumps({"seconds": elapsed, "cpu_seconds": cpu_seconds, "weights": report["output"]["weights"]}))
 """
 
 
@@ -79,10 +82,20 @@ def write_source(directory: Path, total_bytes: int, shards: int = 4) -> tuple[in
     return file_bytes, max(sizes)
 
 
-def time_cp(sources: list[Path], target: Path, *, fsync: bool) -> float:
+def wait_child(child: subprocess.Popen) -> os.struct_rusage:
+    """Wait for one child and return its own resource usage (peak RSS, CPU seconds)."""
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise SystemExit(f"{child.args[0]} failed with exit status {child.returncode}")
+    return usage
+
+
+def time_cp(sources: list[Path], target: Path, *, fsync: bool) -> tuple[float, float]:
+    """Seconds of `cp` (then fsync of the copies when asked) and cp's CPU seconds."""
     target.mkdir()
     started = time.perf_counter()
-    subprocess.run(["cp", *map(str, sources), str(target)], check=True)
+    usage = wait_child(subprocess.Popen(["cp", *map(str, sources), str(target)]))
     if fsync:
         for path in target.iterdir():
             fd = os.open(path, os.O_RDONLY)
@@ -90,21 +103,19 @@ def time_cp(sources: list[Path], target: Path, *, fsync: bool) -> float:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-    return time.perf_counter() - started
+    return time.perf_counter() - started, usage.ru_utime + usage.ru_stime
 
 
-def time_consolidate(source: Path, target: Path, max_shard_bytes: int) -> tuple[float, int, dict]:
-    """Run consolidate in a child; returns (seconds inside consolidate, child peak RSS bytes, result)."""
+def time_consolidate(source: Path, target: Path, max_shard_bytes: int) -> tuple[float, int, float, dict]:
+    """Run consolidate in a child; returns (seconds inside consolidate, child peak RSS bytes,
+    CPU seconds inside consolidate (all threads), result)."""
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(source), str(target), str(max_shard_bytes)],
                              stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None
     output = child.stdout.read()
-    _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)
-    if child.returncode != 0:
-        raise SystemExit(f"consolidate child failed with exit status {child.returncode}")
+    usage = wait_child(child)
     result = json.loads(output.strip().splitlines()[-1])
-    return result["seconds"], usage.ru_maxrss * 1024, result
+    return result["seconds"], usage.ru_maxrss * 1024, result["cpu_seconds"], result
 
 
 def settle() -> None:
@@ -137,17 +148,21 @@ def main() -> None:
         source_bytes, largest = json.loads(made.stdout)
         shards = sorted(source.glob("*.safetensors"))
         max_shard_bytes = -(-total // 3) + total // 50  # 4 shards in -> 3 shards out
-        cp_s, cp_fsync_s, consolidate_s, rss = [], [], [], []
+        cp_s, cp_fsync_s, consolidate_s, rss, cpu, cp_cpu = [], [], [], [], [], []
         result: dict = {}
+        load_before = os.getloadavg()[0]
         for trial in range(trials):
             settle()
-            cp_s.append(time_cp(shards, scratch / f"cp-{trial}", fsync=False))
+            seconds, cpu_seconds = time_cp(shards, scratch / f"cp-{trial}", fsync=False)
+            cp_s.append(seconds)
+            cp_cpu.append(cpu_seconds)
             settle()
-            cp_fsync_s.append(time_cp(shards, scratch / f"cpf-{trial}", fsync=True))
+            cp_fsync_s.append(time_cp(shards, scratch / f"cpf-{trial}", fsync=True)[0])
             settle()
-            seconds, peak, result = time_consolidate(source, scratch / f"flat-{trial}", max_shard_bytes)
+            seconds, peak, cpu_seconds, result = time_consolidate(source, scratch / f"flat-{trial}", max_shard_bytes)
             consolidate_s.append(seconds)
             rss.append(peak)
+            cpu.append(cpu_seconds)
             for name in (f"cp-{trial}", f"cpf-{trial}", f"flat-{trial}"):
                 shutil.rmtree(scratch / name)
         rate = source_bytes / MB / statistics.median(consolidate_s)
@@ -169,11 +184,17 @@ def main() -> None:
             "seconds": [round(s, 3) for s in consolidate_s],
             "cp_seconds": [round(s, 3) for s in cp_s],
             "cp_fsync_seconds": [round(s, 3) for s in cp_fsync_s],
+            "cpu_s_per_gb": round(statistics.median(cpu) / (source_bytes / 10**9), 3),
+            "cp_cpu_s_per_gb": round(statistics.median(cp_cpu) / (source_bytes / 10**9), 3),
+            "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+            "cpu_count": os.cpu_count(),
             "largest_tensor_mb": round(largest / MB, 1),
             "peak_rss_mb": round(peak_rss / MB, 1),
             "rss_limit_mb": round(rss_limit / MB, 1),
             "peak_rss_method": "os.wait4 ru_maxrss of the consolidating child process",
         }
+        figures["target"] = ("mb_per_s >= 0.7 x baseline_cp_fsync_mb_per_s (same durability) and "
+                             "peak_rss_mb < rss_limit_mb")
         figures["target_met"] = rate >= 0.7 * cp_fsync_rate and peak_rss < rss_limit
         print(json.dumps(figures))
     finally:
