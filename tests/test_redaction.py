@@ -249,6 +249,18 @@ def test_literals_are_matched_raw_percent_encoded_and_json_escaped(redactor: Red
         assert spelling not in redacted
 
 
+def test_prefixes_and_literals_inside_a_long_candidate_stretch(redactor: Redactor) -> None:
+    """A prefilter match can span kilobytes (here `://` ... `:` ... `@` with a huge user part, too
+    long for the URL rule itself); whatever starts inside it is still tried."""
+    value = opaque_value(random.Random(15))
+    token = plant("huggingface_token", random.Random(16))
+    literal_redactor = Redactor([value], engine=redactor.engine)
+    text = "x ://" + "a" * 3000 + "," + token.text + "," + value + ":pw@host rest"
+    redacted, findings = literal_redactor.redact_text(text)
+    assert sorted(kinds_of(findings)) == [ENVIRONMENT_KIND, "huggingface_token"]
+    assert value not in redacted and token.text not in redacted
+
+
 # ------------------------------------------------------------------------------------------
 # A real tree.
 

@@ -636,6 +636,8 @@ class _Prefilter(Protocol):
 class _NeedleIndex:
     """Which probes' prefixes (and which literals) start inside a stretch of text."""
 
+    BYTEWISE = 512  # stretches up to this long are checked byte by byte, longer ones per prefix
+
     def __init__(self, probes: Sequence[_Probe], literals: Sequence[bytes]) -> None:
         by_needle: dict[tuple[bytes, bool], list[_Probe]] = {}
         for probe in probes:
@@ -661,15 +663,24 @@ class _NeedleIndex:
             else:
                 merged.append([start, end])
         for start, end in merged:
-            raw = hay[start:end + MAX_PREFIX_LENGTH]
-            lowered = raw.lower()
-            for index in range(end - start):
-                for needle, lowercase, group in self._by_first_byte.get(lowered[index], ()):
-                    if (lowered if lowercase else raw).startswith(needle, index):
-                        for probe in group:
-                            found.probes.setdefault(probe, []).append(start + index)  # type: ignore[union-attr]
             literals.update(literal for literal in self._literals
                             if hay.find(literal, start, end + len(literal) - 1) >= 0)
+            raw = hay[start:end + MAX_PREFIX_LENGTH]
+            lowered = raw.lower()
+            if end - start <= self.BYTEWISE:
+                for index in range(end - start):
+                    for needle, lowercase, group in self._by_first_byte.get(lowered[index], ()):
+                        if (lowered if lowercase else raw).startswith(needle, index):
+                            for probe in group:
+                                found.probes.setdefault(probe, []).append(start + index)  # type: ignore[union-attr]
+                continue
+            for (needle, lowercase), group in self._by_needle:  # a long stretch: search per prefix
+                view = lowered if lowercase else raw
+                index = view.find(needle, 0, end - start + len(needle) - 1)
+                while index >= 0:
+                    for probe in group:
+                        found.probes.setdefault(probe, []).append(start + index)  # type: ignore[union-attr]
+                    index = view.find(needle, index + 1, end - start + len(needle) - 1)
         for positions in found.probes.values():
             positions.sort()  # type: ignore[union-attr]
         found.literals = sorted(literals, key=len, reverse=True)
