@@ -430,6 +430,17 @@ def test_consolidate_without_tokenizer_or_config_fails(tmp_path: Path, missing: 
     assert f"needed file(s) missing (download them first): '{name}'" in message
 
 
+def test_consolidate_names_a_bad_source_config_or_tokenizer_file(tmp_path: Path) -> None:
+    src = write_hf_export(tmp_path / "policy", STATE)
+    config = json.loads((src / "config.json").read_text())
+    config["architectures"] = []
+    (src / "config.json").write_text(json.dumps(config))
+    (src / "tokenizer_config.json").write_text("{not json")
+    message = consolidate_fails(src, tmp_path / "model")
+    assert f"{src / 'config.json'}: field 'architectures' must be a non-empty list" in message
+    assert f"{src / 'tokenizer_config.json'}: not valid JSON" in message
+
+
 def test_consolidate_fsdp_without_huggingface_config_fails(fsdp_dir: Path, tmp_path: Path) -> None:
     step = copy_of(fsdp_dir / "dtensor" / "global_step_20", tmp_path)
     (step / "policy" / "huggingface" / "config.json").unlink()
@@ -474,6 +485,13 @@ def test_verify_reports_hashes_sizes_and_parameter_count(flat_sharded: Path) -> 
     for entry in report["files"]:
         data = (flat_sharded / entry["path"]).read_bytes()
         assert (entry["size"], entry["sha256"]) == (len(data), hashlib.sha256(data).hexdigest())
+
+
+def test_verify_accepts_torch_dtypes_as_expected(flat_sharded: Path) -> None:
+    expected = {n: (t.dtype, tuple(t.shape)) for n, t in STATE.items()}
+    assert verify_model(flat_sharded, expected=expected)["compared_with_source"]
+    expected["model.norm.weight"] = (torch.float32, (16,))
+    assert "model.norm.weight is BF16[16], source F32[16]" in verify_fails(flat_sharded, expected=expected)
 
 
 def test_verify_rejects_nested_weights(tmp_path: Path) -> None:

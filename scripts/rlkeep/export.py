@@ -64,6 +64,12 @@ DTYPE_BYTES: dict[str, int] = {
     "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U64": 8, "U32": 4,
     "U16": 2, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "C64": 8,
 }
+# torch / numpy dtype names -> safetensors dtype
+_DTYPE_ALIASES = {"float64": "F64", "double": "F64", "float32": "F32", "float": "F32", "float16": "F16",
+                  "half": "F16", "bfloat16": "BF16", "int64": "I64", "long": "I64", "int32": "I32", "int": "I32",
+                  "int16": "I16", "short": "I16", "int8": "I8", "uint8": "U8", "uint16": "U16", "uint32": "U32",
+                  "uint64": "U64", "bool": "BOOL", "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2",
+                  "float8_e8m0fnu": "F8_E8M0", "complex64": "C64"}
 MAX_HEADER_BYTES = 100_000_000  # the safetensors reader's HeaderTooLarge limit
 COPY_CHUNK_BYTES = 64 << 20  # granularity of progress for the trailing hasher
 FLUSH_EVERY_BYTES = 256 << 20  # start writeback of a shard being written every this many bytes
@@ -95,7 +101,7 @@ class Detection:
     needed_files: list[str]
     consolidatable: bool
     reason: str
-    source: str = "local"  # "export" | "ckpt" | "local": which listing this came from
+    source: str = "local"  # which listing: "export" | "ckpt" (choose_source), "local", "none"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -573,11 +579,8 @@ def _quiet_device_mesh_unpickling() -> Iterator[None]:
 
 
 def _torch_dtype_names(torch: Any) -> dict[Any, str]:
-    names = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "int64": "I64",
-             "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "uint16": "U16", "uint32": "U32",
-             "uint64": "U64", "bool": "BOOL", "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2",
-             "float8_e8m0fnu": "F8_E8M0", "complex64": "C64"}
-    return {getattr(torch, attr): name for attr, name in names.items() if hasattr(torch, attr)}
+    return {getattr(torch, attr): name for attr, name in _DTYPE_ALIASES.items()
+            if isinstance(getattr(torch, attr, None), torch.dtype)}
 
 
 def _tensor_bytes(tensor: Any) -> memoryview:
@@ -951,7 +954,8 @@ Expected = Mapping[str, tuple[str, Sequence[int]]]
 def verify_model(model_dir: str | os.PathLike[str], *, expected: Expected | None = None) -> dict[str, Any]:
     """Check a flat model folder; raise RlkeepError listing every problem, else return the evidence.
 
-    expected: tensor name -> (safetensors dtype, shape) of the source checkpoint.
+    expected: tensor name -> (dtype, shape) of the source checkpoint; dtype as safetensors names it
+    ("BF16") or a torch/numpy dtype.
     """
     with _hash_pool() as pool:
         return _verify(Path(model_dir), expected, {}, pool)
@@ -1038,6 +1042,7 @@ def _verify(model_dir: Path, expected: Expected | None, digests: Mapping[str, Fu
             checks.append("index: every tensor mapped to the shard holding it; total_size is the data bytes")
 
     if expected is not None and headers_ok:
+        expected = {name: (_dtype_name(dtype), tuple(shape)) for name, (dtype, shape) in expected.items()}
         missing = sorted(set(expected) - set(found))
         extra = sorted(set(found) - set(expected))
         differ = sorted(f"{n} is {found[n][0]}{list(found[n][1])}, source {expected[n][0]}{list(expected[n][1])}"
@@ -1056,26 +1061,17 @@ def _verify(model_dir: Path, expected: Expected | None, digests: Mapping[str, Fu
     config_path = model_dir / "config.json"
     if not config_path.is_file():
         problems.append(f"{config_path}: missing")
+    elif problem := _architectures_problem(config_path):
+        problems.append(problem)
     else:
-        try:
-            config = _read_json_object(config_path)
-            value = config.get("architectures")
-            if isinstance(value, list) and value and all(isinstance(a, str) and a for a in value):
-                architectures = value
-                checks.append(f"config.json parses and names architectures {value}")
-            else:
-                problems.append(f"{config_path}: field 'architectures' must be a non-empty list of class names, "
-                                f"found {value!r}")
-        except RlkeepError as error:
-            problems.append(str(error))
+        architectures = _read_json_object(config_path)["architectures"]
+        checks.append(f"config.json parses and names architectures {architectures}")
     tokenizer_files = sorted(n for n in top if n in TOKENIZER_FILES)
     if not any(n in top for n in VOCABULARY_FILES):
         problems.append(f"{model_dir}: no tokenizer (one of {', '.join(VOCABULARY_FILES)})")
     for name in sorted(n for n in top if n.endswith(".json") and n not in (INDEX_NAME, "config.json")):
-        try:
-            json.loads((model_dir / name).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-            problems.append(f"{model_dir / name}: not valid JSON: {error}")
+        if problem := _json_problem(model_dir / name):
+            problems.append(problem)
     if any(n in top for n in VOCABULARY_FILES):
         checks.append(f"tokenizer present: {', '.join(tokenizer_files)}")
 
@@ -1108,6 +1104,14 @@ def _verify(model_dir: Path, expected: Expected | None, digests: Mapping[str, Fu
         "checks": checks,
         "compared_with_source": expected is not None,
     }
+
+
+def _dtype_name(dtype: Any) -> str:
+    """A safetensors dtype name from itself or a torch/numpy dtype (torch.bfloat16 -> BF16)."""
+    text = str(dtype)
+    if text in DTYPE_BYTES:
+        return text
+    return _DTYPE_ALIASES.get(text.removeprefix("torch.").removeprefix("numpy."), text)
 
 
 def _check_index(model_dir: Path, top: set[str], problems: list[str]) -> tuple[dict[str, str] | None, Any, list[str]]:
@@ -1219,12 +1223,12 @@ def consolidate(src_dir: str | os.PathLike[str], dst_dir: str | os.PathLike[str]
         if dst_dir.exists():
             dst_dir.rmdir()  # empty, checked above
         os.rename(staging, dst_dir)
-        _fsync_directory(dst_dir.parent)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     finally:
         source.keepalive.clear()
+    _fsync_directory(dst_dir.parent)
     verification["dir"] = str(dst_dir)
     sizes = {p: (src_dir / p).stat().st_size for p in detection.needed_files}
     return {
@@ -1259,11 +1263,35 @@ def _aux_sources(aux_dir: Path) -> list[Path]:
     names = {p.name for p in aux_dir.iterdir() if p.is_file()}
     if "config.json" not in names:
         raise RlkeepError(f"{aux_dir / 'config.json'}: missing; a model without its config cannot be loaded")
-    _read_json_object(aux_dir / "config.json")
     if not any(n in names for n in VOCABULARY_FILES):
         raise RlkeepError(f"{aux_dir}: no tokenizer (one of {', '.join(VOCABULARY_FILES)})")
-    return [aux_dir / n for n in sorted(names) if n in CONFIG_FILES or n in TOKENIZER_FILES
-            or REMOTE_CODE_FILE.fullmatch(n)]
+    chosen = [aux_dir / n for n in sorted(names) if n in CONFIG_FILES or n in TOKENIZER_FILES
+              or REMOTE_CODE_FILE.fullmatch(n)]
+    # Checked here too so a bad source file is named, not its copy in the temp dir.
+    problems = [_architectures_problem(aux_dir / "config.json")]
+    problems += [_json_problem(path) for path in chosen if path.suffix == ".json" and path.name != "config.json"]
+    problems = [p for p in problems if p]
+    if problems:
+        raise RlkeepError("; ".join(problems))
+    return chosen
+
+
+def _architectures_problem(config_path: Path) -> str | None:
+    try:
+        value = _read_json_object(config_path).get("architectures")
+    except RlkeepError as error:
+        return str(error)
+    if isinstance(value, list) and value and all(isinstance(a, str) and a for a in value):
+        return None
+    return f"{config_path}: field 'architectures' must be a non-empty list of class names, found {value!r}"
+
+
+def _json_problem(path: Path) -> str | None:
+    try:
+        json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        return f"{path}: not valid JSON: {error}"
+    return None
 
 
 def _index_bytes(plan: Sequence[PlannedShard]) -> bytes:
