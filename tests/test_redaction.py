@@ -6,6 +6,7 @@ file nor the module holds a string a secret scanner would take for a credential.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import random
@@ -478,6 +479,30 @@ def test_streaming_across_window_edges_equals_in_memory(tmp_path: Path, redactor
     assert len(expected_findings) == len(planted)
     assert path.read_text() == expected_text
     assert all(p.secret not in expected_text for p in planted)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_small_windows_without_newlines_give_the_in_memory_result(seed: int, redactor: Redactor) -> None:
+    """Windows of 700 bytes with 300 of overlap, cut anywhere (no newlines): every short secret
+    is found exactly once whichever window edge it straddles."""
+    rng = random.Random(seed)
+    pieces = []
+    for _ in range(60):
+        pieces.append("".join(rng.choice("abc xyz,.:{}\"0123") for _ in range(rng.randint(0, 120))))
+        pieces.append(plant(rng.choice(["huggingface_token", "github_token", "aws_access_key_id", "slack_token",
+                                        "google_api_key", "generic_secret", "bearer_token"]), rng).text)
+    data = " ".join(pieces).encode()
+    expected, expected_findings = redactor.redact_bytes(data)
+    stream = io.BytesIO(data)
+    out = io.BytesIO()
+
+    class Collect:
+        def emit(self, original: memoryview, redacted: bytes | None) -> None:
+            out.write(original if redacted is None else redacted)
+
+    findings = redactor._redact_stream(stream.read, Collect(), chunk_size=700, overlap=300)  # type: ignore[arg-type]
+    assert out.getvalue() == expected
+    assert findings == expected_findings and len(findings) >= 60
 
 
 def test_memory_stays_bounded_on_a_file_without_newlines(tmp_path: Path, redactor: Redactor) -> None:
