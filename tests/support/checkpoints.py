@@ -21,7 +21,7 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -224,7 +224,6 @@ class FsdpSpec:
     partial_keys: Sequence[str] = ()  # tensors saved with a Partial placement (not FSDP: for error tests)
     config: Mapping[str, Any] | None = None
     global_step: int = 20
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def write_fsdp_checkpoint(step_dir: str | os.PathLike[str], state: Mapping[str, torch.Tensor], *,
@@ -292,7 +291,13 @@ def _spawn_ranks(specs: Sequence[FsdpSpec], world_size: int) -> None:
         ranks = [subprocess.Popen([sys.executable, "-c", code, str(plan), str(rank)], cwd=REPO, env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                  for rank in range(world_size)]
-        outputs = [proc.communicate(timeout=180)[0] for proc in ranks]
+        try:
+            outputs = [proc.communicate(timeout=300)[0] for proc in ranks]
+        finally:  # a rank that died leaves the others waiting in a collective: stop them
+            for proc in ranks:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
     failed = [(rank, out) for rank, (proc, out) in enumerate(zip(ranks, outputs)) if proc.returncode != 0]
     if failed:
         raise RuntimeError("FSDP rank process failed:\n" + "\n".join(f"rank {r}:\n{out}" for r, out in failed))
