@@ -12,6 +12,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -230,6 +231,7 @@ def test_consolidate_flat_single_file_reuses_it_and_reports_provenance(tmp_path:
     assert_same_tensors(dst, MIXED)
     assert report["status"] == "completed" and report["format"] == "hf-single"
     assert report["output"]["reused_whole"] == [f"model.safetensors <- {src / 'model.safetensors'}"]
+    assert (dst / "model.safetensors").stat().st_ino == (src / "model.safetensors").stat().st_ino  # hard link
     assert sorted(p.name for p in dst.iterdir()) == sorted(p.name for p in src.iterdir())
     assert [f["path"] for f in report["source"]["files"]] == sorted(listing(src))
     for entry in report["files"]:
@@ -269,6 +271,31 @@ def test_consolidate_reshards_with_a_transformers_index(tmp_path: Path) -> None:
         header = read_safetensors_header(dst / shard)
         assert {e.name for e in header.tensors} == {n for n, s in index["weight_map"].items() if s == shard}
         assert header.data_bytes <= 3000 or len(header.tensors) == 1
+
+
+@pytest.fixture
+def other_filesystem(tmp_path: Path):
+    """A directory on another filesystem than tmp_path (tmpfs), where copy_file_range and
+    hard links are refused with EXDEV."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or shm.stat().st_dev == tmp_path.stat().st_dev:
+        pytest.skip("no second filesystem at /dev/shm")
+    directory = Path(tempfile.mkdtemp(prefix="rlkeep-export-test-", dir=shm))
+    yield directory
+    shutil.rmtree(directory)
+
+
+@pytest.mark.parametrize("shards", [1, 2])
+def test_consolidate_across_filesystems_falls_back_to_plain_copies(tmp_path: Path, other_filesystem: Path,
+                                                                   shards: int) -> None:
+    src = write_hf_export(other_filesystem / "policy", STATE, shards=shards)
+    dst = tmp_path / "model"
+    report = consolidate(src, dst)
+    assert_same_tensors(dst, STATE)
+    assert bool(report["output"]["reused_whole"]) == (shards == 1)
+    assert (dst / "model.safetensors").stat().st_nlink == 1  # a copy: no link can cross filesystems
+    for entry in report["files"]:
+        assert entry["sha256"] == hashlib.sha256((dst / entry["path"]).read_bytes()).hexdigest()
 
 
 @pytest.mark.parametrize("nest", ["policy", "huggingface"])
