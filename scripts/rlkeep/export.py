@@ -892,11 +892,13 @@ class _Writer:
         self._syncs.append(self._syncer.submit(_fsync_and_close, fd))
 
     def write_small(self, name: str, data: bytes) -> None:
-        target = self.out_dir / name
-        with open(target, "xb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        fd = os.open(self.out_dir / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            _pwrite_all(fd, memoryview(data), 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._syncs.append(self._syncer.submit(_fsync_and_close, fd))
         self.digests[name] = _done(hashlib.sha256(data).hexdigest())
 
 
