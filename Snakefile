@@ -8,6 +8,7 @@
 #   <job>/sync/{logs,trace_jobs}.tar + .manifest.json .. rules/sync.smk
 #   <job>/checkpoint/candidates.json, selected.json .... rules/checkpoint.smk
 #   <job>/metrics/{metrics,trials}.csv, report.md, reward.png  rules/checkpoint.smk
+#   <job>/model/, <job>/export.json ................... rules/export.smk
 #   <job>/archive/<job>_archive.tgz, MANIFEST .......... rules/archive.smk
 #   <job>/verify/archive.json, register.json, reclaim.json  rules/archive.smk
 #   <job>/DONE, <job>/REPORT.md, <job>/STATUS.json ....... rules/report.smk
@@ -29,6 +30,7 @@ include: "rules/common.smk"
 include: "rules/capture.smk"
 include: "rules/sync.smk"
 include: "rules/checkpoint.smk"
+include: "rules/export.smk"
 include: "rules/archive.smk"
 include: "rules/report.smk"
 

@@ -41,6 +41,8 @@ from typing import Any
 from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import dumps
 
+log = logging.getLogger(__name__)
+
 FORMATS = ("hf-single", "hf-sharded", "fsdp", "megatron", "deepspeed", "unknown")
 SINGLE_WEIGHTS = "model.safetensors"
 INDEX_NAME = "model.safetensors.index.json"
@@ -1332,3 +1334,62 @@ def verify_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     print(dumps(verify_model(args.dir)), end="")
     return 0
+
+
+# --------------------------------------------------------------------------- pipeline step
+
+
+def _step_listing(store: Any, prefix: str) -> dict[str, int]:
+    """Relative path -> size of everything under one step folder of the store."""
+    return {info.key[len(prefix) + 1:]: info.size for info in store.list(prefix)}
+
+
+def export_step(ctx: Any) -> None:
+    """`<job>/model/` + `<job>/export.json`: detect the selected step's format from the store listing,
+    download only what consolidation needs, consolidate to a flat verified model, record provenance."""
+    from rlkeep.jsonio import read_json, write_json
+    from rlkeep.steps import check_transfer
+    from rlkeep.storage import open_store
+
+    selected = read_json(ctx.inputs["selected"])
+    step = int(selected["step"])
+    record = ctx.record
+    store = open_store(record.store)
+    prefixes = {"export": f"{record.layout['exports'].strip('/')}/global_step_{step}",
+                "ckpt": f"{record.layout['ckpts'].strip('/')}/global_step_{step}"}
+    listings = {name: _step_listing(store, prefix) for name, prefix in prefixes.items()}
+    detection = choose_source(listings["export"] or None, listings["ckpt"] or None)
+    if not detection.consolidatable:
+        raise RlkeepError(f"{record.store}/{prefixes.get(detection.source, prefixes['ckpt'])}: "
+                          f"{detection.format} checkpoint of step {step} cannot be consolidated here: {detection.reason}")
+    prefix = prefixes[detection.source]
+    sizes = listings[detection.source]
+    needed = sorted(detection.needed_files)
+    check_transfer(ctx, nbytes=sum(sizes[name] for name in needed), what=f"checkpoint download from {record.store}/{prefix}")
+
+    src_dir = ctx.work_dir("export") / f"global_step_{step}-{detection.source}"
+    for name in needed:  # resumable: a file already downloaded whole is kept
+        target = src_dir / name
+        if target.is_file() and target.stat().st_size == sizes[name]:
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.part")
+        with open(partial, "wb") as handle:
+            store.read_into(f"{prefix}/{name}", handle)
+        os.replace(partial, target)
+    log.info("export: %s from %s/%s (%d files)", detection.format, record.store, prefix, len(needed))
+    model_dir = ctx.outputs["model"]
+    if model_dir.exists() and not any(model_dir.iterdir()):
+        model_dir.rmdir()
+    report = consolidate(src_dir, model_dir, detection=detection)
+    write_json(ctx.outputs["export"], {
+        **report,
+        "source_local": report["source"],
+        "status": "completed",
+        "step": step,
+        "format": detection.format,
+        "source": f"{record.store}/{prefix}",
+        "source_keys": [f"{prefix}/{name}" for name in needed],
+        "detection": detection.to_dict(),
+    })
+    shutil.rmtree(src_dir, ignore_errors=True)

@@ -34,6 +34,7 @@ STEPS: tuple[Step, ...] = (
     Step("sync_traces", "sync/trace_jobs.manifest.json", "fix the trace prefix or the skip policy named in the log, then rerun"),
     Step("list_checkpoints", "checkpoint/candidates.json", "make the store's ckpts/ and exports/ listable, then rerun"),
     Step("metric_surface", "metrics/metrics.csv", "fix the trainer log named in the log, then rerun"),
+    Step("export_model", "export.json", "consolidate the selected checkpoint as the log says (an export job for Megatron), then rerun"),
     Step("archive", "archive/MANIFEST", "fix the archive problem named in the log, then rerun"),
     Step("verify_archive", "verify/archive.json", "make archive.dest reachable or fix the mismatch named in the log, then rerun"),
     Step("select_checkpoint", "checkpoint/selected.json",
