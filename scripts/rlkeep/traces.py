@@ -968,9 +968,12 @@ def build_trace_dataset(source: Path, out_dir: Path, *, episodes: str = "last", 
     if not source.exists():
         raise RlkeepError(f"{source}: trace source does not exist")
     redactor = redactor if redactor is not None else _environment_redactor()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    _clear_stale_work_dirs(out_dir)
-    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.build-", dir=out_dir.parent))
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        _clear_stale_work_dirs(out_dir)
+        work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.build-", dir=out_dir.parent))
+    except OSError as error:
+        raise RlkeepError(f"{out_dir}: cannot create the build directory beside it: {error}") from error
     try:
         options = dict(episodes=episodes, filter=filter, redactor=redactor, trials_per_shard=trials_per_shard)
         if source.is_file():
@@ -990,6 +993,8 @@ def build_trace_dataset(source: Path, out_dir: Path, *, episodes: str = "last", 
         write_json(work / MANIFEST_NAME, manifest)
         _install(work, out_dir)
         return manifest
+    except OSError as error:  # unreadable source file, full disk, permissions: name the path
+        raise RlkeepError(f"trace export from {source} into {out_dir} failed: {error}") from error
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -1082,3 +1087,29 @@ def cli_main(argv: list[str]) -> int:
             shutil.rmtree(stage_root, ignore_errors=True)
     print(dumps({"status": "published", "repo_id": args.repo_id, **_summary(manifest), **outcome}), end="")
     return 0
+
+
+# --------------------------------------------------------------------------- pipeline step
+
+
+def stage_traces_step(ctx: Any) -> None:
+    """`<job>/stage/traces/`: the dataset rebuilt from the full synced tree (never a monitor sample),
+    gated on coverage before anything can be uploaded."""
+    from rlkeep.jsonio import read_json
+
+    sync_manifest = read_json(ctx.inputs["manifest"])
+    settings = ctx.settings
+    manifest = build_trace_dataset(
+        ctx.inputs["tar"], ctx.outputs["stage"],
+        episodes=str(settings.get("episodes", "last")),
+        filter=str(settings.get("filter", "none")),
+        min_coverage=float(settings.get("min_coverage", DEFAULT_MIN_COVERAGE)),
+        trials_per_shard=int(settings.get("trials_per_shard", DEFAULT_TRIALS_PER_SHARD)),
+        source_sha256=sync_manifest["sha256"],
+    )
+    import logging
+
+    logging.getLogger(__name__).info(
+        "trace dataset: %s rows from %s result.json files (coverage %.4f), %d shards",
+        manifest.get("row_count"), manifest.get("result_count"), manifest.get("result_coverage", 0.0),
+        len(manifest.get("shards", [])))
