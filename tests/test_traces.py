@@ -230,6 +230,9 @@ def test_malformed_trials_are_counted_by_reason(tmp_path: Path) -> None:
             json.dumps({"schema_version": "ATIF-v1.6", "agent": {"name": "terminus-2", "version": "2"}, "steps": []})),
         "missing_trajectory": lambda d: (d / "agent/trajectory.json").unlink(),
         "invalid_json_result": lambda d: (d / "result.json").write_text("{not json"),
+        "no_user_turn": lambda d: (d / "agent/trajectory.json").write_text(json.dumps(
+            {"schema_version": "ATIF-v1.6", "agent": {"name": "terminus-2", "version": "2"},
+             "steps": [{"step_id": 1, "source": "agent", "message": "starting without a prompt"}]})),
         "no_agent_steps": lambda d: (d / "agent/trajectory.json").write_text(json.dumps(
             {"schema_version": "ATIF-v1.8", "agent": {"name": "terminus-2", "version": "2"},
              "steps": [{"step_id": 1, "source": "user", "message": "hi"}]})),

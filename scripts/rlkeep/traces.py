@@ -35,11 +35,16 @@ Decisions worth knowing (the manifest states the ones a reader of the data needs
   carriage-return overwrites resolved as a terminal would, other control characters) and then
   passed through the redactor; only counts per kind reach the manifest.
 - Coverage = (trials with at least one row + trials excluded by the filter) / trial dirs with
-  result.json, 1.0 when there are none. With episodes=last this is row_count / result_count;
-  with episodes=all row_count can exceed result_count, so trials are counted, not rows.
+  result.json, 1.0 when there are none. With episodes=last and filter=none this equals
+  row_count / result_count; with episodes=all row_count can exceed result_count, so trials
+  are counted, not rows.
   A trial excluded by the filter was read correctly, so it does not count against coverage.
   Malformed trials are counted by reason; `missing_result` (agent/ without result.json: the
   trial never finished) is reported but is not part of result_count.
+- Output: the build happens in a sibling work dir `.<out>.build-*`; a passing build replaces
+  out_dir/data/ as a whole (stale shards go with it) and then writes the manifest, which is
+  the completion marker. A build under the coverage gate withdraws the previous data/ and
+  manifest and leaves `trace_export_manifest.rejected.json` for inspection.
 """
 from __future__ import annotations
 
