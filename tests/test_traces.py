@@ -114,6 +114,15 @@ def test_gzipped_tar_gives_the_same_bytes(mixed_tree, tmp_path: Path) -> None:
     assert manifest["source"]["name"] == "trace_jobs.tar.gz"
 
 
+def test_tar_builder_matches_the_tree_builder(tmp_path: Path) -> None:
+    tree_summaries = write_trace_tree(tmp_path / "tree", 6, seed=21)
+    tar_summaries = write_trace_tar(tmp_path / "direct.tar", 6, seed=21)
+    assert tar_summaries == tree_summaries
+    build(tmp_path / "tree", tmp_path / "from-tree")
+    build(tmp_path / "direct.tar", tmp_path / "from-tar")
+    assert shard_bytes(tmp_path / "from-tar") == shard_bytes(tmp_path / "from-tree")
+
+
 def test_trial_builder_is_deterministic() -> None:
     first = trial_files("codecontests-9__ZZZZZZZ", seed=5, n_steps=3, continuation_after=1, cast=True)
     again = trial_files("codecontests-9__ZZZZZZZ", seed=5, n_steps=3, continuation_after=1, cast=True)
@@ -224,7 +233,8 @@ def test_malformed_trials_are_counted_by_reason(tmp_path: Path) -> None:
     root = tmp_path / "trace_jobs"
     good = write_trace_tree(root, 4, seed=5, outcomes={"success": 1})
     broken = {
-        "invalid_json_trajectory": lambda d: (d / "agent/trajectory.json").write_text('{"schema_version": "ATIF-v1.6", "steps": ['),
+        "invalid_json_trajectory": lambda d: (d / "agent/trajectory.json").write_text(
+            '{"schema_version": "ATIF-v1.6", "steps": ['),
         "not_atif": lambda d: (d / "agent/trajectory.json").write_text(json.dumps({"messages": []})),
         "empty_steps": lambda d: (d / "agent/trajectory.json").write_text(
             json.dumps({"schema_version": "ATIF-v1.6", "agent": {"name": "terminus-2", "version": "2"}, "steps": []})),
@@ -468,7 +478,8 @@ def test_cli_refuses_bad_arguments_and_reports_coverage(tmp_path: Path, capsys) 
         cli_main(["--job-dir", str(root), "--repo-id", "org/x", "--single-commit", "--stage-only", str(tmp_path / "s")])
     with pytest.raises(RlkeepError, match="ORG/NAME"):
         cli_main(["--job-dir", str(root), "--repo-id", "no-slash", "--stage-only", str(tmp_path / "s")])
-    status = cli.main(["traces-dataset", "--job-dir", str(root), "--repo-id", "org/x", "--stage-only", str(tmp_path / "s")])
+    status = cli.main(["traces-dataset", "--job-dir", str(root), "--repo-id", "org/x",
+                       "--stage-only", str(tmp_path / "s")])
     assert status == 1
     assert "rlkeep: result coverage below threshold: 9/10 = 90.00%; required >= 95.00%" in capsys.readouterr().err
     assert not (tmp_path / "s" / MANIFEST_NAME).exists()
@@ -498,7 +509,8 @@ def test_cli_single_commit_replaces_remote_shards(hub_server, tmp_path: Path, mo
     assert sorted(second["publication"]["deleted"]) == [f"data/train-{i:05d}.parquet" for i in (1, 2, 3)]
 
     from huggingface_hub import HfApi
-    remote = HfApi(endpoint=hub_server.url, token=hub_server.token).list_repo_files("org/rl-traces", repo_type="dataset")
+    api = HfApi(endpoint=hub_server.url, token=hub_server.token)
+    remote = api.list_repo_files("org/rl-traces", repo_type="dataset")
     assert sorted(p for p in remote if p.startswith("data/")) == ["data/train-00000.parquet"]
     assert MANIFEST_NAME in remote
     assert list(scratch.iterdir()) == []  # the temporary staging is gone after verification

@@ -606,7 +606,8 @@ def _exception_type(result: dict[str, Any]) -> str | None:
     return str(kind) if kind else None
 
 
-def _trajectory_steps(documents: list[tuple[str, bytes]], repairs: Counter[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _trajectory_steps(documents: list[tuple[str, bytes]],
+                      repairs: Counter[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """All steps of trajectory.json then its continuations, and the first file's agent block."""
     steps: list[dict[str, Any]] = []
     agent: dict[str, Any] = {}

@@ -177,6 +177,10 @@ def _agent_step(rng: random.Random, step_id: int, episode: int, moment: datetime
     return step
 
 
+def _token_ids(rng: random.Random, count: int) -> list[int]:
+    return [rng.randrange(151000) for _ in range(count)]
+
+
 def _dump_json(obj: object, indent: int) -> bytes:
     text = json.dumps(obj, indent=indent, ensure_ascii=False)
     try:
@@ -301,9 +305,10 @@ def trial_files(name: str, *, seed: int, outcome: str = "success", n_steps: int 
             f"collected 3 items\n\ntests/test_outputs.py::test_solution {passed}\n"
             + _text(rng, 40, 300) + "\n"
         ).encode()
-        files["verifier/test-stderr.txt"] = (b"" if reward >= 1 else
-                                             ("Traceback (most recent call last):\n  " + _text(rng, 20, 120) + "\n").encode())
-        files["verifier/ctrf.json"] = json.dumps({"results": {"summary": {"tests": 3, "passed": 3 if reward >= 1 else 1}}}).encode()
+        stderr = "" if reward >= 1 else "Traceback (most recent call last):\n  " + _text(rng, 20, 120) + "\n"
+        files["verifier/test-stderr.txt"] = stderr.encode()
+        summary = {"tests": 3, "passed": 3 if reward >= 1 else 1}
+        files["verifier/ctrf.json"] = json.dumps({"results": {"summary": summary}}).encode()
         log_lines.append(f"{_iso(finished)} INFO Verifier reward {reward}")
 
     exception_info = None
@@ -312,7 +317,8 @@ def trial_files(name: str, *, seed: int, outcome: str = "success", n_steps: int 
                          if outcome == "exception" else
                          ("AgentSetupTimeoutError", "Agent setup timed out after 360.0 seconds"))
         exception_info = {"exception_type": kind, "exception_message": message,
-                          "exception_traceback": f"Traceback (most recent call last):\n  File \"trial.py\", line 212\n{kind}: {message}\n",
+                          "exception_traceback": ("Traceback (most recent call last):\n"
+                                                  f"  File \"trial.py\", line 212\n{kind}: {message}\n"),
                           "occurred_at": _iso(finished, zone=False)}
         files["exception.txt"] = exception_info["exception_traceback"].encode()
         log_lines.append(f"{_iso(finished)} ERROR {kind}: {message}")
@@ -334,8 +340,8 @@ def trial_files(name: str, *, seed: int, outcome: str = "success", n_steps: int 
                 "n_input_tokens": 1200 * turns, "n_cache_tokens": 0, "n_output_tokens": 150 * turns,
                 "cost_usd": None,
                 "rollout_details": [{
-                    "prompt_token_ids": [[rng.randrange(151000) for _ in range(rollout_tokens)] for _ in range(turns)],
-                    "completion_token_ids": [[rng.randrange(151000) for _ in range(rollout_tokens)] for _ in range(turns)],
+                    "prompt_token_ids": [_token_ids(rng, rollout_tokens) for _ in range(turns)],
+                    "completion_token_ids": [_token_ids(rng, rollout_tokens) for _ in range(turns)],
                     "logprobs": [[round(-rng.random(), 4) for _ in range(rollout_tokens)] for _ in range(turns)],
                 }],
                 "metadata": {"n_episodes": turns, "summarization_count": int(continuation_after is not None)},
@@ -345,7 +351,8 @@ def trial_files(name: str, *, seed: int, outcome: str = "success", n_steps: int 
             "started_at": _iso(started),
             "finished_at": _iso(finished),
             "environment_setup": {"started_at": _iso(started), "finished_at": _iso(started + timedelta(seconds=15))},
-            "agent_setup": {"started_at": _iso(started + timedelta(seconds=15)), "finished_at": _iso(started + timedelta(seconds=20))},
+            "agent_setup": {"started_at": _iso(started + timedelta(seconds=15)),
+                            "finished_at": _iso(started + timedelta(seconds=20))},
             "agent_execution": None if not agent_ran else {
                 "started_at": _iso(started + timedelta(seconds=20)), "finished_at": _iso(finished)},
             "verifier": None if reward is None else {"started_at": _iso(finished), "finished_at": _iso(finished)},
