@@ -9,6 +9,8 @@
 #   <job>/checkpoint/candidates.json, selected.json .... rules/checkpoint.smk
 #   <job>/metrics/{metrics,trials}.csv, report.md, reward.png  rules/checkpoint.smk
 #   <job>/model/, <job>/export.json ................... rules/export.smk
+#   <job>/stage/model/, verify/model.json ............. rules/publish.smk
+#   <job>/stage/traces/, verify/traces.json ........... rules/publish.smk
 #   <job>/archive/<job>_archive.tgz, MANIFEST .......... rules/archive.smk
 #   <job>/verify/archive.json, register.json, reclaim.json  rules/archive.smk
 #   <job>/DONE, <job>/REPORT.md, <job>/STATUS.json ....... rules/report.smk
@@ -31,6 +33,7 @@ include: "rules/capture.smk"
 include: "rules/sync.smk"
 include: "rules/checkpoint.smk"
 include: "rules/export.smk"
+include: "rules/publish.smk"
 include: "rules/archive.smk"
 include: "rules/report.smk"
 

@@ -9,8 +9,11 @@ rule stage_model:
         export="{job}/export.json",
         selected="{job}/checkpoint/selected.json",
         metrics="{job}/metrics/metrics.csv",
+        superseded="{job}/metrics/superseded.csv",
+        eval="{job}/metrics/eval.csv",
         trials="{job}/metrics/trials.csv",
         report="{job}/metrics/report.md",
+        plot="{job}/metrics/reward.png",
         logs="{job}/sync/logs.tar",
         chain="{job}/chain.json",
     output:

@@ -659,15 +659,29 @@ def archive_step(ctx: Any) -> None:
         ("chain.json", "chain"), ("retries.json", "retries"),
         ("sync/logs.manifest.json", "logs_manifest"), ("sync/trace_jobs.manifest.json", "traces_manifest"))]
     extra.append((f"records/{ctx.record.path.name}", ctx.record.path))
+    # The archive may leave this machine (archive.dest): its text passes the same redaction as
+    # every other destination; binary members are copied as they are.
+    from rlkeep.redaction import redact_tar, redactor_from_environment
+
+    work = ctx.work_dir("archive")
+    redactor = redactor_from_environment()
+    redacted = {}
+    for name, key in (("logs", "logs"), ("trace_jobs", "traces")):
+        report = redact_tar(ctx.inputs[key], work / f"{name}.redacted.tar", redactor, work_dir=work / "scratch")
+        redacted[name] = work / f"{name}.redacted.tar"
+        log.info("archive: %s: %d text members redacted (%d findings), %d binary members copied as they are",
+                 name, report["members_redacted"], len(report["findings"]), report["binary_members"])
     evidence = build_archive(
         ctx.outputs["tgz"], ctx.outputs["manifest"],
-        sources=[("logs", ctx.inputs["logs"]), ("trace_jobs", ctx.inputs["traces"])],
+        sources=[("logs", redacted["logs"]), ("trace_jobs", redacted["trace_jobs"])],
         extra_files=extra,
         summary=summary_from_chain(ctx.record, chain),
         large_threshold=int(ctx.settings.get("large_terminal_bytes", DEFAULT_LARGE_THRESHOLD)),
     )
     log.info("archive: %s kept files (%s bytes), %s skipped", evidence.get("kept_files"), evidence.get("kept_bytes"),
              evidence.get("skipped_files"))
+    for path in redacted.values():
+        path.unlink(missing_ok=True)
 
 
 def verify_archive_step(ctx: Any) -> None:

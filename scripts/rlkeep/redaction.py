@@ -1304,3 +1304,48 @@ def cli_main(argv: list[str]) -> int:
               file=sys.stderr)
         return 1
     return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Tars: the archive is a destination too, so what goes into it passes through the same redaction.
+
+
+def redact_tar(source_tar: str | Path, dest_tar: str | Path, redactor: Redactor, *, work_dir: str | Path) -> dict:
+    """Copy a tar member by member, redacting every text member (binary members are copied as
+    they are and counted), keeping member names, order and metadata. Returns the findings
+    (kind, member, line; never the value). dest_tar appears only when complete."""
+    import shutil
+    import tarfile
+
+    source_tar, dest_tar, work_dir = Path(source_tar), Path(dest_tar), Path(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    partial = dest_tar.with_name(f".{dest_tar.name}.part")
+    findings: list[dict] = []
+    members = binary = 0
+    try:
+        with tarfile.open(source_tar, "r:*") as src, tarfile.open(partial, "w", format=tarfile.PAX_FORMAT) as dst:
+            for member in src:
+                if not member.isfile():
+                    dst.addfile(member)
+                    continue
+                members += 1
+                scratch = work_dir / Path(member.name).name  # the name matters for classification
+                with src.extractfile(member) as body, open(scratch, "wb") as handle:  # type: ignore[union-attr]
+                    shutil.copyfileobj(body, handle, CHUNK_SIZE)
+                outcome = scan_file(scratch, member.name, redactor, check=False)
+                if outcome.skipped_reason and not outcome.findings:
+                    binary += 1
+                findings += [{"kind": kind, "member": member.name, "line": line} for line, kind in outcome.findings]
+                copy = tarfile.TarInfo(member.name)
+                copy.size = scratch.stat().st_size
+                copy.mtime, copy.mode, copy.uid, copy.gid = member.mtime, member.mode, member.uid, member.gid
+                copy.uname, copy.gname = member.uname, member.gname
+                with open(scratch, "rb") as handle:
+                    dst.addfile(copy, handle)
+                scratch.unlink()
+        os.replace(partial, dest_tar)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    return {"source": str(source_tar), "members": members, "binary_members": binary,
+            "members_redacted": len({f["member"] for f in findings}), "findings": findings}

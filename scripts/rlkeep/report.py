@@ -31,14 +31,22 @@ STEPS: tuple[Step, ...] = (
     Step("capture_chain", "chain.json", "make the Iris chain readable (iris on PATH, cluster reachable) and rerun"),
     Step("stop_retries", "retries.json", "stop the run's pending retries, then rerun"),
     Step("sync_logs", "sync/logs.manifest.json", "make every attempt's trainer log readable, then rerun"),
-    Step("sync_traces", "sync/trace_jobs.manifest.json", "fix the trace prefix or the skip policy named in the log, then rerun"),
+    Step("sync_traces", "sync/trace_jobs.manifest.json",
+         "fix the trace prefix or the skip policy named in the log, then rerun"),
     Step("list_checkpoints", "checkpoint/candidates.json", "make the store's ckpts/ and exports/ listable, then rerun"),
     Step("metric_surface", "metrics/metrics.csv", "fix the trainer log named in the log, then rerun"),
-    Step("export_model", "export.json", "consolidate the selected checkpoint as the log says (an export job for Megatron), then rerun"),
-    Step("archive", "archive/MANIFEST", "fix the archive problem named in the log, then rerun"),
-    Step("verify_archive", "verify/archive.json", "make archive.dest reachable or fix the mismatch named in the log, then rerun"),
     Step("select_checkpoint", "checkpoint/selected.json",
          "declare checkpoint.rule in the record (ema_max, latest or step) from the listed candidates, then rerun"),
+    Step("export_model", "export.json",
+         "consolidate the selected checkpoint as the log says (an export job for Megatron), then rerun"),
+    Step("publish_model", "verify/model.json",
+         "fix the publication problem named in the log (staging is kept), then rerun: the upload resumes"),
+    Step("publish_traces", "verify/traces.json", "fix the trace dataset problem named in the log (coverage, Hub), then rerun"),
+    Step("register", "register.json", "resolve the registry problem named in the log, then rerun"),
+    Step("archive", "archive/MANIFEST", "fix the archive problem named in the log, then rerun"),
+    Step("verify_archive", "verify/archive.json",
+         "make archive.dest reachable or fix the mismatch named in the log, then rerun"),
+    Step("reclaim", "reclaim.json", "rerun with --config reclaim_authorized=<job> once every verification passed"),
 )
 
 
@@ -65,9 +73,10 @@ def last_error(log_path: Path) -> str | None:
     if not log_path.is_file():
         return None
     tail = log_path.read_bytes()[-16384:].decode("utf-8", "replace").splitlines()
-    for line in reversed(tail):
-        if line.startswith("rlkeep: "):
-            return line.removeprefix("rlkeep: ")
+    for index in range(len(tail) - 1, -1, -1):
+        line = tail[index]
+        if line.startswith("rlkeep: "):  # a message may span lines: keep all of it
+            return "\n".join([line.removeprefix("rlkeep: "), *tail[index + 1:]]).strip()
         if line.startswith("Traceback (most recent call last)"):
             return f"unexpected error: see logs/{log_path.name}"
         if " done in " in line:
