@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "consolidate": ("rlkeep.export", "consolidate_main", "consolidate a checkpoint into a flat model folder"),
     "verify-model": ("rlkeep.export", "verify_main", "verify a flat model folder"),
     "traces-dataset": ("rlkeep.traces", "cli_main", "rebuild the trace dataset from a trace tree"),
+    "registry": ("rlkeep.registry", "cli_main", "registry administration (add a base-model row explicitly)"),
     "example-run": ("rlkeep.example", "cli_main", "write a realistic finished run into a store"),
     "demo": ("rlkeep.demo", "cli_main", "run the pipeline on a generated run against local services"),
     "install-profiles": ("rlkeep.profiles", "cli_main", "make `--profile iris|local` resolve from any directory"),
