@@ -102,9 +102,28 @@ def run_demo(data_root: Path) -> int:
         return 1
     done = json.loads(done_path.read_text())
     print(f"\nCompletion record: {done_path}\nReport: {data_root / JOB / 'REPORT.md'}\n")
+    print(artifact_listing(data_root / JOB))
     print(json.dumps({key: done.get(key) for key in ("job", "terminal_state", "steps", "checkpoint", "destinations",
                                                     "artifacts", "remaining_work") if key in done}, indent=2))
     return 0
+
+
+def artifact_listing(job_dir: Path) -> str:
+    """The preservation artifacts with their sizes, and what the sync manifests say."""
+    lines = ["Artifacts:"]
+    for pattern in ("chain.json", "retries.json", "sync/*", "metrics/*", "checkpoint/*", "export.json", "model/*",
+                    "stage/*.json", "verify/*", "archive/*", "register.json", "reclaim.json", "DONE", "REPORT.md"):
+        for path in sorted(job_dir.glob(pattern)):
+            if path.is_file() and not path.name.startswith("."):
+                lines.append(f"  {path.relative_to(job_dir.parent)}  {path.stat().st_size:,} bytes")
+    for name in ("logs", "trace_jobs"):
+        manifest_path = job_dir / "sync" / f"{name}.manifest.json"
+        if manifest_path.is_file():
+            manifest = json.loads(manifest_path.read_text())
+            lines.append(f"  sync/{name}: {manifest['objects_synced']} of {manifest['objects_listed']} objects, "
+                         f"{manifest['bytes']:,} bytes, {len(manifest['objects_skipped'])} skipped (each with its "
+                         f"reason), tar sha256 {manifest['sha256'][:16]}...")
+    return "\n".join(lines)
 
 
 def cli_main(argv: list[str]) -> int:
