@@ -16,6 +16,8 @@
 #   <job>/DONE, <job>/REPORT.md, <job>/STATUS.json ....... rules/report.smk
 # Each rule runs one function of the `rlkeep` package (scripts/rlkeep/), named in its
 # `params: run=` and logged to <job>/logs/<rule>.log.
+# The record's `kind` (rl | sft | datagen | eval; rlkeep/kinds.py) decides which of these a job's
+# DONE needs: get_done_inputs, get_archive_inputs and get_reclaim_inputs in rules/common.smk.
 
 from snakemake.utils import min_version
 

@@ -1,15 +1,11 @@
 # Archive everything informative (pack-rat; never weights or core dumps), verify it, copy it to
-# the record's archive destination when one is named, and verify the remote copy.
+# the record's archive destination when one is named (s3://, file:// or hf://datasets/...), and
+# verify the remote copy. Every run kind has these steps; its trees follow the kind (get_kind).
 
 
 rule archive:
     input:
-        logs="{job}/sync/logs.tar",
-        traces="{job}/sync/trace_jobs.tar",
-        logs_manifest="{job}/sync/logs.manifest.json",
-        traces_manifest="{job}/sync/trace_jobs.manifest.json",
-        chain="{job}/chain.json",
-        retries="{job}/retries.json",
+        unpack(get_archive_inputs),
     output:
         tgz="{job}/archive/{job}_archive.tgz",
         manifest="{job}/archive/MANIFEST",
@@ -57,17 +53,13 @@ rule register:
         RUN_STEP
 
 
-# Reclamation (runbook step 7): its inputs are every verify sentinel; it acts only with
+# Reclamation (runbook step 7): its inputs are every verify sentinel of the kind; it acts only with
 # `--config reclaim_authorized=<job>` for exactly this job.
 
 
 rule reclaim:
     input:
-        model="{job}/verify/model.json",
-        traces="{job}/verify/traces.json",
-        archive="{job}/verify/archive.json",
-        logs_manifest="{job}/sync/logs.manifest.json",
-        traces_manifest="{job}/sync/trace_jobs.manifest.json",
+        unpack(get_reclaim_inputs),
     output:
         reclaim="{job}/reclaim.json",
     log:

@@ -86,7 +86,7 @@ def get_trace_settings(wildcards):
 
 def get_archive_settings(wildcards):
     record = get_record(wildcards.job)
-    return {"dest": (record.archive or {}).get("dest"), **config["archive"]}
+    return {"dest": (record.archive or {}).get("dest"), "kind": record.kind, **config["archive"]}
 
 
 def get_register_settings(wildcards):
@@ -119,6 +119,35 @@ def get_publish_traces_inputs(wildcards):
     return {"stage": f"{wildcards.job}/stage/traces"}
 
 
+##### inputs that depend on the run's kind (rlkeep.kinds: the runbook's per-run-type maps) #####
+
+
+def get_kind(job):
+    """The component map of the job's kind: which steps apply, its trace tree, its archive trees."""
+    return get_record(job).spec
+
+
+def get_archive_inputs(wildcards):
+    """logs always; the synced trace tree only for kinds that have one (not sft)."""
+    job = wildcards.job
+    inputs = {"logs": f"{job}/sync/logs.tar", "logs_manifest": f"{job}/sync/logs.manifest.json",
+              "chain": f"{job}/chain.json", "retries": f"{job}/retries.json"}
+    if get_kind(job).trace_tree is not None:
+        inputs.update(traces=f"{job}/sync/trace_jobs.tar", traces_manifest=f"{job}/sync/trace_jobs.manifest.json")
+    return inputs
+
+
+def get_reclaim_inputs(wildcards):
+    """Every verify sentinel of the kind (reclamation waits for all of them) and the sync manifests."""
+    job = wildcards.job
+    kind = get_kind(job)
+    inputs = {name: f"{job}/verify/{name}.json" for name in kind.verify_sentinels}
+    inputs["logs_manifest"] = f"{job}/sync/logs.manifest.json"
+    if kind.trace_tree is not None:
+        inputs["traces_manifest"] = f"{job}/sync/trace_jobs.manifest.json"
+    return inputs
+
+
 ##### status on success or failure #####
 
 
@@ -140,8 +169,9 @@ onerror:
 
 
 def get_done_inputs(wildcards):
-    """Every step's evidence file (rlkeep.report.STEPS is the one list of steps)."""
+    """The evidence file of every step the job's kind has (rlkeep.report.STEPS is the one list of
+    steps); DONE reports the others as not_applicable, so their rules never enter the DAG."""
     from rlkeep.report import STEPS
 
-    get_record(wildcards.job)
-    return {step.name: f"{wildcards.job}/{step.evidence}" for step in STEPS}
+    kind = get_kind(wildcards.job)
+    return {step.name: f"{wildcards.job}/{step.evidence}" for step in STEPS if kind.applies(step.name)}

@@ -80,7 +80,7 @@ BAD_CASES = [
     ("dotdot layout", mutate("layout", {"traces": "../other"}), "field 'layout.traces'", "matching"),
     ("authorized without url", mutate("register", {"authorized": True}), "field 'register.url' is missing", "registry URL"),
     ("interval zero", mutate("checkpoint.interval", 0), "field 'checkpoint.interval'", "minimum"),
-    ("scheduler unknown", mutate("scheduler", "slurm"), "field 'scheduler'", "iris, none"),
+    ("scheduler unknown", mutate("scheduler", "pbs"), "field 'scheduler'", "iris, slurm, none"),
 ]
 
 

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LARGE_THRESHOLD = 10 << 20  # raw terminal recordings above this are skipped
 MANIFEST_MEMBER = "MANIFEST"
-TREE_NAMES = ("logs", "trace_jobs", "rlkeep")
+TREE_NAMES = ("logs", "trace_jobs", "eval_jobs", "rlkeep")  # eval_jobs: eval runs (rlkeep.kinds)
 GZIP_LEVEL = 6  # level 9 costs ~3x the CPU for a few percent on text-heavy trees
 
 WEIGHT_PATTERNS = ("*.safetensors", "*.pt", "*.pth", "*.bin", "*.ckpt", "*.distcp", "*.gguf")
@@ -143,7 +143,7 @@ def summary_from_chain(record: Any, chain: dict[str, Any]) -> dict[str, Any]:
     finished = [a["finished_ms"] for a in attempts if isinstance(a, dict) and a.get("finished_ms") is not None]
     return {
         "run": record.job,
-        "kind": "rl",
+        "kind": getattr(record, "kind", "rl"),
         "cluster": record.cluster,
         "jobs": [a.get("id") for a in attempts if isinstance(a, dict)] or list(record.chain),
         "first_submitted": iso(min(submitted)) if submitted else None,
@@ -350,7 +350,7 @@ def build_archive(
     trees = [tree for tree, _ in sources]
     for tree in trees:
         if tree not in TREE_NAMES or tree == "rlkeep":
-            raise RlkeepError(f"archive source tree {tree!r}: expected one of logs, trace_jobs")
+            raise RlkeepError(f"archive source tree {tree!r}: expected one of logs, trace_jobs, eval_jobs")
     if len(set(trees)) != len(trees):
         raise RlkeepError(f"archive sources name a tree twice ({trees}); expected each sync tar once")
 
@@ -649,16 +649,25 @@ def iter_manifest_entries(manifest_path: Path) -> Iterable[ManifestEntry]:
 def archive_step(ctx: Any) -> None:
     """`<job>/archive/<job>_archive.tgz` + `MANIFEST`: everything informative, never weights or dumps.
 
-    Independent of the metric surface on purpose: a malformed trainer log must not block the
-    archive (the logs and the run's own metric CSVs are inside logs.tar either way).
+    The trees follow the run's kind (rlkeep.kinds): `logs/` always, plus the trace tree as
+    `trace_jobs/` (rl, datagen) or `eval_jobs/` (eval); sft has none. Independent of the metric
+    surface on purpose: a malformed trainer log must not block the archive (the logs and the
+    run's own metric CSVs are inside logs.tar either way).
     """
     from rlkeep.jsonio import read_json
 
+    spec = ctx.record.spec
     chain = read_json(ctx.inputs["chain"])
     extra = [(name, ctx.inputs[key]) for name, key in (
         ("chain.json", "chain"), ("retries.json", "retries"),
-        ("sync/logs.manifest.json", "logs_manifest"), ("sync/trace_jobs.manifest.json", "traces_manifest"))]
+        ("sync/logs.manifest.json", "logs_manifest"), ("sync/trace_jobs.manifest.json", "traces_manifest"))
+        if key in ctx.inputs]
     extra.append((f"records/{ctx.record.path.name}", ctx.record.path))
+    trees = [("logs", "logs")]
+    if spec.archive_tree is not None:
+        if "traces" not in ctx.inputs:
+            raise RlkeepError(f"archive of a {spec.name} run needs the synced trace tree (sync/trace_jobs.tar)")
+        trees.append((spec.archive_tree, "traces"))
     # The archive may leave this machine (archive.dest): its text passes the same redaction as
     # every other destination; binary members are copied as they are.
     from rlkeep.redaction import redact_tar, redactor_from_environment
@@ -666,14 +675,14 @@ def archive_step(ctx: Any) -> None:
     work = ctx.work_dir("archive")
     redactor = redactor_from_environment()
     redacted = {}
-    for name, key in (("logs", "logs"), ("trace_jobs", "traces")):
+    for name, key in trees:
         report = redact_tar(ctx.inputs[key], work / f"{name}.redacted.tar", redactor, work_dir=work / "scratch")
         redacted[name] = work / f"{name}.redacted.tar"
         log.info("archive: %s: %d text members redacted (%d findings), %d binary members copied as they are",
                  name, report["members_redacted"], len(report["findings"]), report["binary_members"])
     evidence = build_archive(
         ctx.outputs["tgz"], ctx.outputs["manifest"],
-        sources=[("logs", redacted["logs"]), ("trace_jobs", redacted["trace_jobs"])],
+        sources=[(name, redacted[name]) for name, _ in trees],
         extra_files=extra,
         summary=summary_from_chain(ctx.record, chain),
         large_threshold=int(ctx.settings.get("large_terminal_bytes", DEFAULT_LARGE_THRESHOLD)),
@@ -684,16 +693,30 @@ def archive_step(ctx: Any) -> None:
         path.unlink(missing_ok=True)
 
 
+HF_DATASET_PREFIX = "hf://datasets/"
+
+
+def upload_and_verify(tgz: Path, manifest: Path, dest: str, job: str) -> dict[str, Any]:
+    """Copy the archive to `dest` (s3://, file:// or hf://datasets/<org>/<name>) and verify the copy."""
+    if dest.startswith(HF_DATASET_PREFIX):
+        from rlkeep.hub import upload_archive_to_hub
+
+        repo_id = dest[len(HF_DATASET_PREFIX):].strip("/")
+        return upload_archive_to_hub(tgz, manifest, repo_id, job, private=True)
+    return upload_archive(tgz, manifest, dest, job)
+
+
 def verify_archive_step(ctx: Any) -> None:
-    """`<job>/verify/archive.json`: the tarball lists the expected trees; the remote copy matches."""
+    """`<job>/verify/archive.json`: the tarball lists the kind's expected trees; the remote copy matches."""
     from rlkeep.jsonio import write_json
     from rlkeep.steps import check_transfer
 
-    local = verify_archive(ctx.inputs["tgz"], ctx.inputs["manifest"], expected_trees=["logs/", "trace_jobs/"])
+    spec = ctx.record.spec
+    local = verify_archive(ctx.inputs["tgz"], ctx.inputs["manifest"], expected_trees=list(spec.expected_archive_trees))
     dest = ctx.settings.get("dest")
     remote = None
     if dest:
         check_transfer(ctx, nbytes=ctx.inputs["tgz"].stat().st_size, what=f"archive upload to {dest}")
-        remote = upload_archive(ctx.inputs["tgz"], ctx.inputs["manifest"], dest, ctx.job)
-    write_json(ctx.outputs["verify"], {"status": "completed", "local": local, "dest": dest,
+        remote = upload_and_verify(ctx.inputs["tgz"], ctx.inputs["manifest"], dest, ctx.job)
+    write_json(ctx.outputs["verify"], {"status": "completed", "kind": spec.name, "local": local, "dest": dest,
                                        "remote": remote if remote else "not_applicable: the record names no archive.dest"})

@@ -30,12 +30,17 @@ DEFAULT_BATCH = 1000  # S3 DeleteObjects takes at most 1,000 keys
 # --------------------------------------------------------------------------- the decision
 
 
-def reclaim_decision(*, authorized: bool, verify_sentinels: dict[str, dict[str, Any] | None]) -> tuple[bool, str]:
-    """(act?, why): act only with authority AND every verify sentinel (model, traces, archive) present."""
+def reclaim_decision(*, authorized: bool, verify_sentinels: dict[str, dict[str, Any] | None],
+                     required: tuple[str, ...] = REQUIRED_SENTINELS) -> tuple[bool, str]:
+    """(act?, why): act only with authority AND every required verify sentinel present.
+
+    required: the run kind's verify sentinels (rlkeep.kinds.KindSpec.verify_sentinels); rl's are
+    model, traces and archive, every kind has archive.
+    """
     problems: list[str] = []
     if authorized is not True:
         problems.append(f"reclamation is not authorized for this job ({AUTHORITY_HINT})")
-    names = list(REQUIRED_SENTINELS) + sorted(set(verify_sentinels) - set(REQUIRED_SENTINELS))
+    names = list(required) + sorted(set(verify_sentinels) - set(required))
     missing, invalid, present = [], [], []
     for name in names:
         sentinel = verify_sentinels.get(name)
@@ -60,8 +65,12 @@ def reclaim_decision(*, authorized: bool, verify_sentinels: dict[str, dict[str, 
 
 def _manifest_sources(record: Any) -> dict[str, tuple[str, str]]:
     """Manifest name -> (expected `source` URL, key prefix under record.store)."""
-    traces = record.layout["traces"].strip("/")
-    return {"logs": (record.store.rstrip("/"), ""), "traces": (f"{record.store.rstrip('/')}/{traces}", f"{traces}/")}
+    sources = {"logs": (record.store.rstrip("/"), "")}
+    traces = record.layout.get("traces")  # absent for a kind without a trace tree (sft)
+    if traces:
+        traces = traces.strip("/")
+        sources["traces"] = (f"{record.store.rstrip('/')}/{traces}", f"{traces}/")
+    return sources
 
 
 def _entries(manifest: dict[str, Any], field: str, where: str) -> list[tuple[str, int]]:
@@ -101,7 +110,7 @@ def plan_reclaim(record: Any, manifests: dict[str, dict[str, Any]]) -> dict[str,
         raise RlkeepError("reclaim plan: no sync manifests given; expected logs and/or traces")
     unknown = sorted(set(manifests) - set(sources))
     if unknown:
-        raise RlkeepError(f"reclaim plan: unknown manifest name(s) {unknown}; expected logs, traces")
+        raise RlkeepError(f"reclaim plan: unknown manifest name(s) {unknown}; expected {', '.join(sorted(sources))}")
     by_key: dict[str, dict[str, Any]] = {}
     counts: dict[str, int] = {}
     for name in sorted(manifests):
@@ -287,16 +296,21 @@ def execute_reclaim(
 
 def reclaim_step(ctx: Any) -> None:
     """`<job>/reclaim.json`: delete the run's own source objects, only under explicit authority and
-    only after every verify sentinel exists (runbook step 7); otherwise record why nothing was.
+    only after every verify sentinel of the run's kind exists (runbook step 7); otherwise record
+    why nothing was.
 
-    Weights (ckpts/, exports/) are kept when the model was not published anywhere: reclaiming
-    them would leave the run's only copy in this machine's data root.
+    Weights are kept when the model was not published and verified by this pipeline (every sft,
+    datagen and eval run, and an rl run without publish): ckpts/ and exports/, and every object
+    the sync skipped as weights. Reclaiming them would lose the run's only copy.
     """
     from rlkeep.jsonio import read_json, write_json
+    from rlkeep.sync import is_weight_or_dump
 
-    sentinels = {name: read_json(ctx.inputs[name]) for name in ("model", "traces", "archive")}
+    required = ctx.record.spec.verify_sentinels
+    sentinels = {name: read_json(ctx.inputs[name]) for name in required if name in ctx.inputs}
     journal_path = ctx.work_dir("reclaim") / "journal.json"
-    act, reason = reclaim_decision(authorized=bool(ctx.settings.get("authorized")), verify_sentinels=sentinels)
+    act, reason = reclaim_decision(authorized=bool(ctx.settings.get("authorized")), verify_sentinels=sentinels,
+                                   required=required)
     if not act:
         if journal_path.is_file() and read_json(journal_path).get("finished"):
             # an earlier invocation reclaimed under authority: keep saying so
@@ -309,20 +323,23 @@ def reclaim_step(ctx: Any) -> None:
         write_json(ctx.outputs["reclaim"], {"status": "not_applicable", "deleted_keys": 0, "deleted_bytes": 0,
                                             "reason": f"nothing was deleted: {reason}"})
         return
-    manifests = {"logs": read_json(ctx.inputs["logs_manifest"]), "traces": read_json(ctx.inputs["traces_manifest"])}
+    manifests = {"logs": read_json(ctx.inputs["logs_manifest"])}
+    if "traces_manifest" in ctx.inputs:
+        manifests["traces"] = read_json(ctx.inputs["traces_manifest"])
     plan = plan_reclaim(ctx.record, manifests)
     kept_weights: list[dict[str, Any]] = []
-    if sentinels["model"].get("status") != "completed":
+    if (sentinels.get("model") or {}).get("status") != "completed":
         weight_prefixes = tuple(ctx.record.layout[name].strip("/") + "/" for name in ("ckpts", "exports"))
-        kept_weights = [o for o in plan["objects"] if o["key"].startswith(weight_prefixes)]
+        kept_weights = [o for o in plan["objects"]
+                        if o["key"].startswith(weight_prefixes) or is_weight_or_dump(o["key"]) == "excluded_weights"]
         plan = _without(plan, {o["key"] for o in kept_weights})
     plan_path = ctx.work_dir("reclaim") / "plan.json"
     write_json(plan_path, plan)  # the plan is written before anything is deleted
     result = execute_reclaim(plan, journal_path)
     write_json(ctx.outputs["reclaim"], {
         "status": "completed", "authorized_by": f"--config reclaim_authorized={ctx.job}",
-        "plan": str(plan_path), "planned_keys": len(plan["objects"]), "planned_bytes": plan["bytes"],
-        "kept_unpublished_weights": len(kept_weights), **result,
+        "kind": ctx.record.kind, "plan": str(plan_path), "planned_keys": len(plan["objects"]),
+        "planned_bytes": plan["bytes"], "kept_unpublished_weights": len(kept_weights), **result,
     })
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -18,17 +19,22 @@ import jsonschema
 import yaml
 
 from rlkeep.errors import RecordError
+from rlkeep.kinds import DEFAULT_KIND, KIND_SECTIONS, KINDS, KindSpec, spec_for
 
 DEFAULT_LAYOUT = {"logs": "logs", "traces": "trace_jobs", "ckpts": "ckpts", "exports": "exports"}
+IRIS_JOB_ID = re.compile(r"^(/[A-Za-z0-9][A-Za-z0-9._-]*){2,}$")
+SLURM_JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
 
 _EXPECTED_BY_FIELD = {
     "job": "a name matching ^[A-Za-z0-9][A-Za-z0-9._-]*$ equal to the file stem",
     "user": "an Iris namespace matching ^[A-Za-z0-9][A-Za-z0-9._-]*$",
-    "scheduler": "one of: iris, none",
+    "kind": "one of: " + ", ".join(KINDS) + " (default rl)",
+    "scheduler": "one of: iris, slurm, none",
     "cluster": "an Iris cluster name such as cw-us-east-02a",
-    "chain": "a list of Iris job ids like /<user>/<job>, oldest first",
+    "chain": "a list of Iris job ids like /<user>/<job> (scheduler iris or none) or SLURM job ids like 12345 "
+             "or 12345_7 (scheduler slurm), oldest first",
     "store": "an absolute store URL: s3://bucket/prefix or file:///absolute/path",
-    "archive.dest": "an absolute store URL: s3://bucket/prefix or file:///absolute/path",
+    "archive.dest": "s3://bucket/prefix, file:///absolute/path or hf://datasets/<org>/<name>",
     "base_model": "a Hub model id like Qwen/Qwen3-8B",
     "publish.model": "a Hub repo id like org/name",
     "publish.traces": "a Hub dataset id like org/name",
@@ -48,7 +54,7 @@ class JobRecord:
     chain: tuple[str, ...]
     store: str
     layout: dict[str, str]
-    checkpoint_interval: int
+    checkpoint_interval: int | None
     selection_rule: dict[str, Any] | None
     behavior_break_step: int | None
     tracker_url: str | None = None
@@ -56,6 +62,7 @@ class JobRecord:
     publish: dict[str, Any] | None = None
     register: dict[str, Any] | None = None
     archive: dict[str, Any] | None = None
+    kind: str = DEFAULT_KIND
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -66,6 +73,11 @@ class JobRecord:
     def store_url(self, component: str) -> str:
         """URL of a layout component under the run's store root (e.g. 'traces')."""
         return join_url(self.store, self.layout[component])
+
+    @property
+    def spec(self) -> KindSpec:
+        """The kind's component map (rlkeep.kinds): which steps apply, the trace tree, ..."""
+        return spec_for(self.kind)
 
     def section(self, name: str) -> dict[str, Any] | None:
         value = self.raw.get(name)
@@ -147,20 +159,11 @@ def validate_record_data(data: Any, path: Path) -> JobRecord:
         )
     if data["scheduler"] == "iris" and not data.get("cluster"):
         raise RecordError(f"{path}: field 'cluster' is missing; expected an Iris cluster name when scheduler is iris")
-    user_prefix = f"/{data['user']}/"
-    for index, job_id in enumerate(data["chain"]):
-        if not job_id.startswith(user_prefix):
-            raise RecordError(
-                f"{path}: field 'chain[{index}]' is {job_id!r}; expected an Iris job id in the "
-                f"user's namespace, starting with {user_prefix}"
-            )
-    slugs = [attempt_slug(job_id) for job_id in data["chain"]]
-    if len(set(slugs)) != len(slugs):
-        raise RecordError(f"{path}: field 'chain' names two attempts with the same last component; expected distinct attempts")
-    if len(set(data["chain"])) != len(data["chain"]):
-        raise RecordError(f"{path}: field 'chain' lists a job id twice; expected each attempt once")
+    _check_chain(data, path)
+    spec = spec_for(data.get("kind"))
+    _check_kind_sections(data, spec, path)
 
-    checkpoint = data["checkpoint"]
+    checkpoint = data.get("checkpoint") or {}
     rule = checkpoint.get("rule")
     if rule is not None:
         kind = rule["kind"]
@@ -178,7 +181,7 @@ def validate_record_data(data: Any, path: Path) -> JobRecord:
     if register and register.get("authorized") and not register.get("url"):
         raise RecordError(f"{path}: field 'register.url' is missing; expected the registry URL when register.authorized is true")
 
-    layout = {**DEFAULT_LAYOUT, **data.get("layout", {})}
+    layout = _layout(data, spec, path)
     return JobRecord(
         path=path,
         job=data["job"],
@@ -188,7 +191,7 @@ def validate_record_data(data: Any, path: Path) -> JobRecord:
         chain=tuple(data["chain"]),
         store=data["store"].rstrip("/"),
         layout=layout,
-        checkpoint_interval=checkpoint["interval"],
+        checkpoint_interval=checkpoint.get("interval"),
         selection_rule=dict(rule) if rule is not None else None,
         behavior_break_step=checkpoint.get("behavior_break_step"),
         tracker_url=data.get("tracker_url"),
@@ -196,8 +199,67 @@ def validate_record_data(data: Any, path: Path) -> JobRecord:
         publish=dict(data["publish"]) if data.get("publish") else None,
         register=dict(register) if register else None,
         archive=dict(data["archive"]) if data.get("archive") else None,
+        kind=spec.name,
         raw=data,
     )
+
+
+def _check_chain(data: dict[str, Any], path: Path) -> None:
+    """Job ids in the shape of the record's scheduler; Iris ids in the user's namespace; no repeats."""
+    scheduler = data["scheduler"]
+    user_prefix = f"/{data['user']}/"
+    for index, job_id in enumerate(data["chain"]):
+        if scheduler == "slurm":
+            if not SLURM_JOB_ID.fullmatch(job_id):
+                raise RecordError(f"{path}: field 'chain[{index}]' is {job_id!r}; expected a SLURM job id like 12345 "
+                                  f"or an array task like 12345_7 (scheduler is slurm)")
+            continue
+        if not IRIS_JOB_ID.fullmatch(job_id):
+            raise RecordError(f"{path}: field 'chain[{index}]' is {job_id!r}; expected an Iris job id like "
+                              f"{user_prefix}<job> (scheduler is {scheduler})")
+        if not job_id.startswith(user_prefix):
+            raise RecordError(
+                f"{path}: field 'chain[{index}]' is {job_id!r}; expected an Iris job id in the "
+                f"user's namespace, starting with {user_prefix}"
+            )
+    slugs = [attempt_slug(job_id) for job_id in data["chain"]]
+    if len(set(slugs)) != len(slugs):
+        raise RecordError(f"{path}: field 'chain' names two attempts with the same last component; expected distinct attempts")
+    if len(set(data["chain"])) != len(data["chain"]):
+        raise RecordError(f"{path}: field 'chain' lists a job id twice; expected each attempt once")
+
+
+def _check_kind_sections(data: dict[str, Any], spec: KindSpec, path: Path) -> None:
+    """Sections that only some kinds have; publish destinations the kind can have; rl's required ones."""
+    for section in KIND_SECTIONS:
+        if section in data and section not in spec.record_sections:
+            raise RecordError(f"{path}: field '{section}' does not apply to a {spec.name} run ({spec.description}); "
+                              f"expected no {section} section for kind {spec.name}")
+    if "checkpoint" in spec.record_sections and "checkpoint" not in data:
+        raise RecordError(f"{path}: field 'checkpoint' is missing; expected checkpoint.interval for kind {spec.name}")
+    publish = data.get("publish")
+    if publish:
+        extra = sorted(set(publish) - spec.publish_fields - {"private"})
+        if extra:
+            raise RecordError(f"{path}: field 'publish.{extra[0]}' does not apply to a {spec.name} run; expected only "
+                              f"{', '.join(f'publish.{f}' for f in sorted(spec.publish_fields))} for kind {spec.name}")
+        for needed in sorted(spec.publish_fields - set(publish)):
+            raise RecordError(f"{path}: field 'publish.{needed}' is missing; expected {_expected(f'publish.{needed}')} "
+                              f"(kind {spec.name} publishes {', '.join(sorted(spec.publish_fields))})")
+    if spec.trace_tree is None and "traces" in (data.get("layout") or {}):
+        raise RecordError(f"{path}: field 'layout.traces' does not apply to a {spec.name} run (it has no trace tree); "
+                          f"expected no layout.traces for kind {spec.name}")
+
+
+def _layout(data: dict[str, Any], spec: KindSpec, path: Path) -> dict[str, str]:
+    """Layout defaults of the kind; a kind without a trace tree has no `traces` entry."""
+    layout = dict(DEFAULT_LAYOUT)
+    if spec.trace_tree is None:
+        layout.pop("traces")
+    else:
+        layout["traces"] = spec.trace_tree
+    layout.update(data.get("layout") or {})
+    return layout
 
 
 def load_record(path: str | Path) -> JobRecord:

@@ -84,8 +84,13 @@ def last_error(log_path: Path) -> str | None:
     return None
 
 
-def collect_steps(job_dir: Path) -> dict[str, dict[str, Any]]:
-    return {step.name: step_status(job_dir, step) for step in STEPS}
+def collect_steps(job_dir: Path, kind: str | None = None) -> dict[str, dict[str, Any]]:
+    """Every step's status; a step the run's kind does not have is not_applicable (rlkeep.kinds)."""
+    from rlkeep.kinds import spec_for
+
+    spec = spec_for(kind)
+    return {step.name: step_status(job_dir, step) if spec.applies(step.name) else
+            {"status": "not_applicable", "reason": f"does not apply to a {spec.name} run"} for step in STEPS}
 
 
 def rlkeep_revision() -> str:
@@ -139,6 +144,9 @@ def run_source_revision(logs_tar: Path) -> str:
 
 def model_artifacts(job_dir: Path, record: JobRecord) -> dict[str, str]:
     """present | absent | not_applicable for each required model artifact (runbook completion record)."""
+    if not record.spec.applies("export_model"):  # sft, datagen, eval: rlkeep makes no model
+        return {key: "not_applicable" for key in ("weights", "tokenizer_configuration", "training_logs",
+                                                   "training_traces_link")}
     if record.publish is None:
         stage = job_dir / "model"
         weights = "present" if any(stage.glob("*.safetensors")) else "absent"
@@ -155,7 +163,7 @@ def model_artifacts(job_dir: Path, record: JobRecord) -> dict[str, str]:
 
 
 def build_completion_record(job_dir: Path, record: JobRecord) -> dict[str, Any]:
-    steps = collect_steps(job_dir)
+    steps = collect_steps(job_dir, record.kind)
     chain = read_json(job_dir / "chain.json")
     retries = read_json(job_dir / "retries.json")
     selected = _optional_json(job_dir / "checkpoint" / "selected.json") or {}
@@ -173,6 +181,7 @@ def build_completion_record(job_dir: Path, record: JobRecord) -> dict[str, Any]:
     publish = record.publish or {}
     return {
         "job": record.job,
+        "kind": record.kind,
         "terminal_state": terminal_state(chain, retries),
         "source_revision": {"run": run_source_revision(job_dir / "sync" / "logs.tar"), "rlkeep": rlkeep_revision()},
         "chain": [a["id"] for a in chain.get("attempts", [])],
@@ -191,6 +200,7 @@ def build_completion_record(job_dir: Path, record: JobRecord) -> dict[str, Any]:
         "registration": register if register is not None else None,
         "metrics": sorted(f"metrics/{p.name}" for p in (job_dir / "metrics").glob("*") if p.is_file()),
         "verification": {name: (_optional_json(job_dir / "verify" / f"{name}.json") or {}).get("status")
+                         if name in record.spec.verify_sentinels else "not_applicable"
                          for name in ("model", "traces", "archive")},
         "reclaimed": {"bytes": reclaim.get("deleted_bytes", 0), "keys": reclaim.get("deleted_keys", 0),
                       "status": reclaim.get("status"), "reason": reclaim.get("reason")},
@@ -200,6 +210,7 @@ def build_completion_record(job_dir: Path, record: JobRecord) -> dict[str, Any]:
 
 def render_report(done: dict[str, Any]) -> str:
     lines = [f"# rlkeep completion record: {done['job']}", ""]
+    lines.append(f"- Kind: {done.get('kind', 'rl')}")
     lines.append(f"- Terminal state: **{done['terminal_state']}**")
     lines.append(f"- Attempts: {', '.join(done.get('chain', []))}")
     if done.get("retries_stopped"):
@@ -241,13 +252,14 @@ def write_done(ctx: StepContext) -> None:
     write_json(ctx.outputs["done"], done)
 
 
-def build_status(job_dir: Path) -> dict[str, Any]:
-    steps = collect_steps(job_dir)
+def build_status(job_dir: Path, kind: str | None = None) -> dict[str, Any]:
+    steps = collect_steps(job_dir, kind)
     by_status: dict[str, list[str]] = {"completed": [], "not_applicable": [], "blocked": [], "pending": []}
     for name, info in steps.items():
         by_status.setdefault(info["status"], []).append(name)
     return {
         "job": job_dir.name,
+        "kind": kind or "rl",
         "done": (job_dir / "DONE").is_file(),
         **by_status,
         "steps": steps,
@@ -257,6 +269,18 @@ def build_status(job_dir: Path) -> dict[str, Any]:
             if info["status"] in {"blocked", "pending"}
         ],
     }
+
+
+def _kind_of(record_file: Path) -> str | None:
+    """The record's kind; None (rl's full list) when the record cannot be read: STATUS.json is then
+    written with every step, and the record's own error stops the run."""
+    from rlkeep.errors import RlkeepError
+    from rlkeep.records import load_record
+
+    try:
+        return load_record(record_file).kind
+    except RlkeepError:
+        return None
 
 
 def write_status_for_jobs(data_root: Path, records_dir: Path) -> list[Path]:
@@ -269,7 +293,7 @@ def write_status_for_jobs(data_root: Path, records_dir: Path) -> list[Path]:
         job_dir = data_root / record_file.stem
         if not job_dir.is_dir():
             continue
-        status = build_status(job_dir)
+        status = build_status(job_dir, _kind_of(record_file))
         previous = job_dir / "STATUS.json"
         if previous.is_file():
             try:

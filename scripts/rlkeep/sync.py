@@ -185,14 +185,18 @@ class TarOutput:
             os.replace(self.tmp, self.path)
 
 
-def trial_counts(keys: Iterable[str]) -> dict[str, int]:
-    """Trials started (any object under `<trial>/`) and completed (has `<trial>/result.json`)."""
+def trial_counts(keys: Iterable[str], depth: int = 1) -> dict[str, int]:
+    """Trials started (any object under a trial dir) and completed (it has `result.json`).
+
+    depth: path components from the trace tree to a trial (`<trial>/` 1; eval's `<name>/<trial>/` 2).
+    """
     started: set[str] = set()
     completed: set[str] = set()
     for key in keys:
-        trial, _, rest = key.partition("/")
-        if not rest:
-            continue
+        parts = key.split("/")
+        if len(parts) <= depth:
+            continue  # a file above the trials (an eval job's own result.json, job.log)
+        trial, rest = "/".join(parts[:depth]), "/".join(parts[depth:])
         started.add(trial)
         if rest == "result.json":
             completed.add(trial)
@@ -226,6 +230,9 @@ def enforce_skip_policy(skipped: list[dict[str, Any]], policy: dict[str, Any], w
 def sync_traces(ctx: StepContext) -> None:
     """`<job>/sync/trace_jobs.tar` + manifest: the whole trace prefix, member names relative to it."""
     settings = ctx.settings
+    spec = ctx.record.spec
+    if spec.trace_tree is None or "traces" not in ctx.record.layout:
+        raise RlkeepError(f"{ctx.record.path}: a {spec.name} run has no trace tree; sync_traces does not apply to it")
     traces_url = ctx.record.store_url("traces")
     store = open_store(traces_url)
     listed = list(store.list())
@@ -259,8 +266,10 @@ def sync_traces(ctx: StepContext) -> None:
         "sha256": hasher.digest.hexdigest(),
         "tar_bytes": hasher.size,
         "objects_skipped": sorted(stats.objects_skipped, key=lambda s: s["key"]),
-        **trial_counts(info.key for info in listed),
-        "trials_completed_in_tar": trial_counts(o["key"] for o in stats.objects)["trials_completed"],
+        "kind": spec.name,
+        "trial_depth": spec.trial_depth,
+        **trial_counts((info.key for info in listed), spec.trial_depth),
+        "trials_completed_in_tar": trial_counts((o["key"] for o in stats.objects), spec.trial_depth)["trials_completed"],
         "objects": stats.objects,
     }
     write_json(ctx.outputs["manifest"], manifest)
@@ -282,8 +291,14 @@ def is_weight_or_dump(key: str) -> str | None:
     return None
 
 
-def trainer_logs(ctx: StepContext, store: Store) -> Iterator[tuple[str, bytes, str]]:
-    """(attempt slug, full trainer stdout, where it came from) for every attempt, in chain order."""
+def trainer_logs(ctx: StepContext, store: Store) -> Iterator[tuple[str, bytes | None, str]]:
+    """(attempt slug, full trainer stdout or None, where it came from or why it is absent) per attempt.
+
+    Iris: `iris job logs`. SLURM: the attempt's StdOut path from scontrol (chain.json) on the
+    shared filesystem, else `<layout.logs>/<attempt>.out` in the store. none: the store's file.
+    An absent log fails the step only for kinds that need it (rl); the others note it (the
+    store sync already captures every `.out`).
+    """
     record = ctx.record
     if record.scheduler == "iris":
         from rlkeep.scheduler import IrisCli
@@ -292,14 +307,36 @@ def trainer_logs(ctx: StepContext, store: Store) -> Iterator[tuple[str, bytes, s
         for job_id, slug in zip(record.chain, record.attempts):
             yield slug, iris.logs(job_id).encode("utf-8", "surrogateescape"), f"iris job logs {job_id}"
         return
+    stdout_paths = _stdout_paths(ctx) if record.scheduler == "slurm" else {}
     for slug in record.attempts:
+        tried = []
+        path = stdout_paths.get(slug)
+        if path:
+            try:
+                yield slug, Path(path).read_bytes(), path
+                continue
+            except OSError as error:
+                tried.append(f"{path} ({error.strerror or error})")
         key = f"{record.layout['logs']}/{slug}.out"
         try:
-            data = store.read_bytes(key)
+            yield slug, store.read_bytes(key), f"{record.store}/{key}"
+            continue
         except Exception as error:  # noqa: BLE001 - any failure here is the same missing log
-            raise RlkeepError(f"{record.store}/{key}: trainer log of attempt {slug} not readable ({error}); "
-                              "scheduler none reads logs/<attempt>.out from the store") from None
-        yield slug, data, f"{record.store}/{key}"
+            tried.append(f"{record.store}/{key} ({error})")
+        if record.spec.trainer_log_required:
+            raise RlkeepError(f"trainer log of attempt {slug} not readable: {'; '.join(tried)}; scheduler "
+                              f"{record.scheduler} reads the StdOut path (slurm) or logs/<attempt>.out from the store")
+        yield slug, None, "not found at " + "; ".join(tried)
+
+
+def _stdout_paths(ctx: StepContext) -> dict[str, str]:
+    from rlkeep.jsonio import read_json
+
+    chain_path = ctx.inputs.get("chain")
+    if chain_path is None or not Path(chain_path).is_file():
+        return {}
+    attempts = read_json(chain_path).get("attempts", [])
+    return {a["slug"]: a["stdout"] for a in attempts if isinstance(a, dict) and a.get("slug") and a.get("stdout")}
 
 
 def sync_logs(ctx: StepContext) -> None:
@@ -307,8 +344,9 @@ def sync_logs(ctx: StepContext) -> None:
     settings = ctx.settings
     record = ctx.record
     store = open_store(record.store)
-    traces_prefix = record.layout["traces"].strip("/") + "/"
-    listed = [info for info in store.list() if not info.key.startswith(traces_prefix)]
+    traces = record.layout.get("traces")  # synced on its own by sync_traces; absent for sft
+    traces_prefix = traces.strip("/") + "/" if traces else None
+    listed = [info for info in store.list() if traces_prefix is None or not info.key.startswith(traces_prefix)]
     chosen, skipped = [], []
     for info in listed:
         reason = is_weight_or_dump(info.key)
@@ -322,6 +360,9 @@ def sync_logs(ctx: StepContext) -> None:
     attempts = []
     with TarOutput(ctx.outputs["tar"]) as (tar, hasher):
         for slug, data, source in trainer_logs(ctx, store):
+            if data is None:
+                attempts.append({"attempt": slug, "member": None, "source": None, "note": source})
+                continue
             if not data.strip():
                 raise RlkeepError(f"{source}: the trainer log of attempt {slug} is empty")
             name = f"attempts/{slug}/trainer.log"
@@ -340,7 +381,7 @@ def sync_logs(ctx: StepContext) -> None:
         "attempts": attempts,
         "objects_listed": len(listed),
         "objects_synced": stats.objects_synced,
-        "bytes": stats.bytes + sum(a["bytes"] for a in attempts),
+        "bytes": stats.bytes + sum(a.get("bytes", 0) for a in attempts),
         "sha256": hasher.digest.hexdigest(),
         "tar_bytes": hasher.size,
         "objects_skipped": sorted(stats.objects_skipped, key=lambda s: s["key"]),
