@@ -31,6 +31,7 @@ from typing import IO, Any
 from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import atomic_write_bytes
 from rlkeep.storage import CHUNK, S3Store, Store, open_store, sha256_file
+from rlkeep.sync import HashingWriter, tar_member
 
 log = logging.getLogger(__name__)
 
@@ -289,32 +290,6 @@ def job_files(job_dir: Path, record_path: Path) -> list[tuple[str, Path]]:
 # --------------------------------------------------------------------------- writing
 
 
-class _HashingSink(io.RawIOBase):
-    def __init__(self, sink: IO[bytes]) -> None:
-        self.sink = sink
-        self.digest = hashlib.sha256()
-        self.size = 0
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: bytes) -> int:  # type: ignore[override]
-        self.sink.write(data)
-        self.digest.update(data)
-        self.size += len(data)
-        return len(data)
-
-
-def _tar_info(name: str, size: int) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.size = size
-    info.mtime = 0
-    info.mode = 0o644
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    return info
-
-
 class _ExactReader:
     """Reads a job file and fails if it is not exactly the planned size (it changed meanwhile)."""
 
@@ -380,10 +355,10 @@ def build_archive(
         out_tgz.parent.mkdir(parents=True, exist_ok=True)
         try:
             with open(tmp, "wb") as raw:
-                hasher = _HashingSink(raw)
+                hasher = HashingWriter(raw)
                 with gzip.GzipFile(filename="", mode="wb", fileobj=hasher, mtime=0, compresslevel=GZIP_LEVEL) as gz:
                     with tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as out:
-                        out.addfile(_tar_info(MANIFEST_MEMBER, len(manifest_bytes)), io.BytesIO(manifest_bytes))
+                        out.addfile(tar_member(MANIFEST_MEMBER, len(manifest_bytes)), io.BytesIO(manifest_bytes))
                         for item in planned:
                             _write_member(out, tars, sources, item)
                 raw.flush()
@@ -422,7 +397,7 @@ def _write_member(out: tarfile.TarFile, tars: list[tarfile.TarFile], sources: li
     entry = item.entry
     if entry.reason is not None:
         return
-    info = _tar_info(entry.member, entry.size)
+    info = tar_member(entry.member, entry.size)
     if item.path is not None:
         with open(item.path, "rb") as handle:
             out.addfile(info, _ExactReader(handle, entry.size, str(item.path)))  # type: ignore[arg-type]
