@@ -1,7 +1,8 @@
 """Planning speed: `-n` over many records and a no-op rerun of many completed jobs.
 
 Target (issue 10): on a 2-core machine, `snakemake --profile local -n` over 100 fresh records
-(1,700 planned jobs) and a no-op rerun over 100 completed jobs each finish in under 10 s.
+(every rule of every job planned: 15 rule jobs per `rl` record) and a no-op rerun over 100
+completed jobs each finish in under 10 s.
 Baseline, in the same run: the same two invocations for 1 job, so the figures show what 99
 more jobs cost (per-job planning cost = (t100 - t1) / 99).
 
@@ -14,7 +15,7 @@ How 100 completed jobs are made cheaply (`clone_completed_job`):
    every `.snakemake/metadata/<base64 path>` entry of the seed is rewritten under the new
    path, with the job name replaced in its paths and params and the `done` rule's
    `record_sha256` param recomputed from the new record (the one param that is not the job
-   name substituted). A following `-n` must then say "Nothing to be done", which is checked.
+   name substituted). The measured no-op run must then say "Nothing to be done" (checked).
 
 Times are wall seconds of the whole `python -m snakemake` process (start-up included), and
 its CPU seconds (user + sys from os.wait4), since other work on the machine skews wall time.
