@@ -272,17 +272,26 @@ def execute_reclaim(
     journal["batches_total"] = len(batches)
     for index in range(int(journal["batches_done"]), len(batches)):
         batch = batches[index]
+        # Keys an earlier invocation sent in a delete for this batch before it was killed: gone now
+        # means deleted by that request (ours), not missing.
+        inflight = journal.get("inflight") or {}
+        sent = set(inflight.get("keys", [])) if inflight.get("batch") == index else set()
         sizes = current_sizes(store, [item["key"] for item in batch])
         doomed = [item for item in batch if sizes.get(item["key"]) == item["size"]]
-        for item in batch:
-            if item["key"] not in sizes:
-                journal["missing"].append(item["key"])
-            elif sizes[item["key"]] != item["size"]:
-                journal["changed"].append({"key": item["key"], "synced_size": item["size"], "size_now": sizes[item["key"]]})
+        deleted_before = [item for item in batch if item["key"] not in sizes and item["key"] in sent]
+        missing = [item["key"] for item in batch if item["key"] not in sizes and item["key"] not in sent]
+        changed = [{"key": item["key"], "synced_size": item["size"], "size_now": sizes[item["key"]]}
+                   for item in batch if item["key"] in sizes and sizes[item["key"]] != item["size"]]
+        # Journaled before the delete goes out, so a kill after it still counts these keys as ours.
+        journal["inflight"] = {"batch": index, "keys": sorted(sent | {item["key"] for item in doomed})}
+        write_json(journal_path, journal)
         store.delete(item["key"] for item in doomed)
-        journal["deleted_keys"] += len(doomed)
-        journal["deleted_bytes"] += sum(item["size"] for item in doomed)
+        journal["missing"].extend(missing)
+        journal["changed"].extend(changed)
+        journal["deleted_keys"] += len(doomed) + len(deleted_before)
+        journal["deleted_bytes"] += sum(item["size"] for item in doomed + deleted_before)
         journal["batches_done"] = index + 1
+        journal.pop("inflight", None)
         write_json(journal_path, journal)
         if progress is not None:
             progress(journal)
