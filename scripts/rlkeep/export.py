@@ -1381,6 +1381,10 @@ def export_step(ctx: Any) -> None:
     model_dir = ctx.outputs["model"]
     if model_dir.exists() and not any(model_dir.iterdir()):
         model_dir.rmdir()
+    # A consolidation killed mid-way leaves its temp folder (a model's size); Snakemake's lock makes
+    # this step the only writer of model_dir, so any such sibling is a leftover.
+    for stale in model_dir.parent.glob(f".{model_dir.name}.tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
     report = consolidate(src_dir, model_dir, detection=detection)
     write_json(ctx.outputs["export"], {
         **report,
