@@ -7,6 +7,7 @@ sbatch job whose own Snakemake runs it on the node, reading and writing the shar
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -26,7 +27,8 @@ PROFILE = REPO / "profiles" / "slurm" / "profile.yaml"
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    pytest.importorskip("snakemake_executor_plugin_slurm", reason="pip install snakemake-executor-plugin-slurm==2.8.0")
+    if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
+        pytest.fail("snakemake-executor-plugin-slurm is not installed (pip install snakemake-executor-plugin-slurm==2.8.0)")
     reason = install_slurm()
     if reason:
         pytest.skip(f"no SLURM cluster for this test: {reason}")

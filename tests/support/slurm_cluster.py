@@ -119,6 +119,16 @@ def render_slurm_conf(root: Path, *, host: str, cpus: int, memory_mb: int, ctld_
     return text
 
 
+def cluster_alive(conf_dir: Path) -> bool:
+    """Whether the test cluster whose config folder this is still has its slurmctld running."""
+    pid_file = conf_dir.parent / "run" / "slurmctld.pid"
+    try:
+        os.kill(int(pid_file.read_text().strip()), 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 class SlurmCluster:
     """munged + slurmctld + slurmd, started as this process's children, stopped by their ids."""
 
@@ -186,7 +196,7 @@ class SlurmCluster:
         if SYSTEM_CONFIG.exists():
             raise RuntimeError(f"{SYSTEM_CONFIG} exists: the executor's nested srun would read it instead of the "
                                "test cluster's config; run this test on a machine that is not a SLURM node")
-        if NODE_CONFIG_CACHE.is_symlink() and not Path(os.readlink(NODE_CONFIG_CACHE)).exists():
+        if NODE_CONFIG_CACHE.is_symlink() and not cluster_alive(Path(os.readlink(NODE_CONFIG_CACHE))):
             NODE_CONFIG_CACHE.unlink()  # left by a test cluster that was killed
         if NODE_CONFIG_CACHE.exists() or NODE_CONFIG_CACHE.is_symlink():
             raise RuntimeError(f"{NODE_CONFIG_CACHE} exists (a running slurmd's config cache or another test "
