@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.rlkeep-installed
-EXTRAS := test,torch,postgres
+EXTRAS := test,torch,postgres,slurm
 PYTEST_ARGS ?=
 
 .PHONY: setup test demo bench lint clean-demo

@@ -22,8 +22,15 @@ wildcard_constraints:
     job=r"[A-Za-z0-9][A-Za-z0-9._-]*",
 
 
+# Trivial steps, and those needing the host's iris CLI or registry credentials, stay on the host
+# when an executor (e.g. SLURM) runs the rest.
 localrules:
     all,
+    capture_chain,
+    stop_retries,
+    select_checkpoint,
+    register,
+    done,
 
 
 ##### records #####

@@ -59,7 +59,7 @@ def install_profiles(names: list[str], dest: Path | None = None) -> list[Path]:
 
 def cli_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="rlkeep install-profiles")
-    parser.add_argument("names", nargs="*", default=["iris", "local"])
+    parser.add_argument("names", nargs="*", default=["iris", "local", "slurm"])
     parser.add_argument("--dest", type=Path, help="default: $XDG_CONFIG_HOME/snakemake or ~/.config/snakemake")
     args = parser.parse_args(argv)
     for path in install_profiles(args.names, args.dest):
