@@ -92,9 +92,10 @@ def test_example_job_runs_to_done_through_slurm(data_root: Path, bucket: str, ir
 
     # every rule job went through SLURM and finished there
     ours = [job for job in slurm_jobs(slurm) if job["id"] not in before]
-    ran = {line.split()[-1].rstrip(":") for line in log.splitlines()
-           if line.strip().startswith(("rule ", "localrule "))}
-    assert len(ours) >= len(ran - {"all"}) >= 10, (ours, ran)
+    submitted = {line.split()[-1].rstrip(":") for line in log.splitlines() if line.strip().startswith("rule ")}
+    local = {line.split()[-1].rstrip(":") for line in log.splitlines() if line.strip().startswith("localrule ")}
+    assert len(ours) >= len(submitted) >= 8, (ours, submitted)
+    assert local <= {"all", "capture_chain", "stop_retries", "select_checkpoint", "register", "done"}, local
     assert {job["state"] for job in ours} == {"COMPLETED"}
     assert "has been submitted with SLURM jobid" in log
     slurm_logs = list((data_root / ".snakemake" / "slurm_logs").rglob("*.log"))
