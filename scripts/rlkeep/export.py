@@ -1368,15 +1368,22 @@ def export_step(ctx: Any) -> None:
     check_transfer(ctx, nbytes=sum(sizes[name] for name in needed), what=f"checkpoint download from {record.store}/{prefix}")
 
     src_dir = ctx.work_dir("export") / f"global_step_{step}-{detection.source}"
-    for name in needed:  # resumable: a file already downloaded whole is kept
+    # Resumable: a file already downloaded whole is kept, but only while the store still holds that
+    # very object (same size, ETag and time): a source replaced after a refused export is read again.
+    sources_path = src_dir.with_name(f"{src_dir.name}.sources.json")
+    identity = {info.key[len(prefix) + 1:]: [info.size, info.etag, info.last_modified] for info in store.list(prefix)}
+    downloaded = read_json(sources_path) if sources_path.is_file() else {}
+    for name in needed:
         target = src_dir / name
-        if target.is_file() and target.stat().st_size == sizes[name]:
+        if target.is_file() and target.stat().st_size == sizes[name] and downloaded.get(name) == identity.get(name):
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(f".{target.name}.part")
         with open(partial, "wb") as handle:
             store.read_into(f"{prefix}/{name}", handle)
         os.replace(partial, target)
+        downloaded[name] = identity.get(name)
+        write_json(sources_path, downloaded)
     log.info("export: %s from %s/%s (%d files)", detection.format, record.store, prefix, len(needed))
     model_dir = ctx.outputs["model"]
     if model_dir.exists() and not any(model_dir.iterdir()):
@@ -1397,3 +1404,4 @@ def export_step(ctx: Any) -> None:
         "detection": detection.to_dict(),
     })
     shutil.rmtree(src_dir, ignore_errors=True)
+    sources_path.unlink(missing_ok=True)
