@@ -761,24 +761,27 @@ class _Re2Prefilter(_NeedleIndex):
 
 def _matches(regex: re.Pattern[bytes], subject: bytes, positions: list[int] | None, begin: int, stop: int
              ) -> Iterator[re.Match[bytes]]:
-    """`regex.finditer(subject, begin)` up to the first match starting at or after `stop`; with
-    `positions` (where the regex's prefix occurs) the same matches, found by trying only there."""
+    """Every match of `regex` starting in [begin, stop), overlapping ones included; with `positions`
+    (where the regex's prefix occurs) the same matches, found by trying only there.
+
+    Overlaps matter: in `secret: client_secret = <value>` the match at the first `secret` takes
+    `client_secret` as its value and is rejected by the rule's `accept`; the match that starts
+    inside it is the real one.
+    """
     if positions is None:
-        for match in regex.finditer(subject, begin):
-            if match.start() >= stop:
-                return
+        match = regex.search(subject, begin)
+        while match is not None and match.start() < stop:
             yield match
+            match = regex.search(subject, match.start() + 1)
         return
-    resume = begin
     for position in positions:
         if position >= stop:
             return
-        if position < resume:
+        if position < begin:
             continue
         match = regex.match(subject, position)
         if match is not None:
             yield match
-            resume = max(match.end(), position + 1)
 
 
 def available_engines() -> tuple[str, ...]:
