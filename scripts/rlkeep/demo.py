@@ -23,6 +23,7 @@ from rlkeep.devserver.iris import install_executable
 from rlkeep.devserver.s3 import S3Server
 from rlkeep.jsonio import write_json
 from rlkeep.profiles import project_root
+from rlkeep.registry import register_base_model
 from rlkeep.storage import open_store, upload_tree
 
 JOB = "rl-demo"
@@ -80,8 +81,12 @@ def run_demo(data_root: Path) -> int:
         seeded = seed_store(services, env)
         records = data_root / "records"
         records.mkdir(exist_ok=True)
+        registry = f"sqlite:///{services / 'registry.db'}"
+        register_base_model(registry, hub_id=seeded["record"]["base_model"], owner=USER)  # the operator's explicit act
+        record = {**seeded["record"], "register": {"authorized": True, "url": registry},
+                  "archive": {"dest": f"s3://{BUCKET}/archives"}}
         record_file = records / f"{JOB}.yaml"
-        record_text = yaml.safe_dump(seeded["record"], sort_keys=False)
+        record_text = yaml.safe_dump(record, sort_keys=False)
         if not record_file.is_file() or record_file.read_text() != record_text:
             record_file.write_text(record_text)
         bin_dir = install_executable(services / "bin").parent
@@ -103,8 +108,11 @@ def run_demo(data_root: Path) -> int:
     done = json.loads(done_path.read_text())
     print(f"\nCompletion record: {done_path}\nReport: {data_root / JOB / 'REPORT.md'}\n")
     print(artifact_listing(data_root / JOB))
-    print(json.dumps({key: done.get(key) for key in ("job", "terminal_state", "steps", "checkpoint", "destinations",
-                                                    "artifacts", "remaining_work") if key in done}, indent=2))
+    print(json.dumps({key: done.get(key) for key in ("job", "kind", "terminal_state", "steps", "checkpoint",
+                                                    "destinations", "artifacts", "registration", "reclaimed",
+                                                    "remaining_work") if key in done}, indent=2))
+    print(f"\nReclaiming the run's storage needs explicit authority for this job: rerun with "
+          f"--config reclaim_authorized={JOB}")
     return 0
 
 
