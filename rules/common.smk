@@ -1,6 +1,7 @@
 # Shared by every stage: config validation, wildcard constraints, record access, get_* helpers.
 
 import os
+import re
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -18,8 +19,11 @@ RECORDS_DIR = Path(config["records"])
 RUN_STEP = "../scripts/run_step.py"  # the adapter every rule runs (see rlkeep/steps.py)
 
 
+JOB_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
 wildcard_constraints:
-    job=r"[A-Za-z0-9][A-Za-z0-9._-]*",
+    job=JOB_PATTERN.pattern,
 
 
 # Trivial steps, and those needing the host's iris CLI or registry credentials, stay on the host
@@ -49,6 +53,12 @@ def get_all_done_targets():
     if not RECORDS_DIR.is_dir():
         return []
     jobs = sorted(p.stem for p in RECORDS_DIR.glob("*.yaml"))
+    for job in jobs:
+        if not JOB_PATTERN.fullmatch(job):  # it could never be a target: say so, naming the file
+            raise WorkflowError(
+                f"{record_path(RECORDS_DIR, job)}: field 'job' must equal the file stem, and {job!r} is not a "
+                "job name; expected a file named <job>.yaml with <job> matching ^[A-Za-z0-9][A-Za-z0-9._-]*$"
+            )
     return [f"{job}/DONE" for job in jobs]
 
 

@@ -25,6 +25,7 @@ class Step:
     name: str  # the rule that makes it
     evidence: str  # the file (relative to <job>/) whose status counts
     remaining: str  # what an operator does when this step is blocked or pending
+    upstream: tuple[str, ...] = ()  # rules of this step only (e.g. staging) whose failure blocks it
 
 
 STEPS: tuple[Step, ...] = (
@@ -40,8 +41,10 @@ STEPS: tuple[Step, ...] = (
     Step("export_model", "export.json",
          "consolidate the selected checkpoint as the log says (an export job for Megatron), then rerun"),
     Step("publish_model", "verify/model.json",
-         "fix the publication problem named in the log (staging is kept), then rerun: the upload resumes"),
-    Step("publish_traces", "verify/traces.json", "fix the trace dataset problem named in the log (coverage, Hub), then rerun"),
+         "fix the publication problem named in the log (staging is kept), then rerun: the upload resumes",
+         upstream=("stage_model",)),
+    Step("publish_traces", "verify/traces.json", "fix the trace dataset problem named in the log (coverage, Hub), then rerun",
+         upstream=("stage_traces",)),
     Step("register", "register.json", "resolve the registry problem named in the log, then rerun"),
     Step("archive", "archive/MANIFEST", "fix the archive problem named in the log, then rerun"),
     Step("verify_archive", "verify/archive.json",
@@ -61,10 +64,10 @@ def step_status(job_dir: Path, step: Step) -> dict[str, Any]:
         else:
             status = "completed"
         return {"status": status, "evidence": step.evidence}
-    log_path = job_dir / "logs" / f"{step.name}.log"
-    reason = last_error(log_path)
-    if reason is not None:
-        return {"status": "blocked", "reason": reason, "log": f"logs/{step.name}.log", "remaining": step.remaining}
+    for rule in (*step.upstream, step.name):
+        reason = last_error(job_dir / "logs" / f"{rule}.log")
+        if reason is not None:
+            return {"status": "blocked", "reason": reason, "log": f"logs/{rule}.log", "remaining": step.remaining}
     return {"status": "pending", "remaining": step.remaining}
 
 

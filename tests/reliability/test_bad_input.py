@@ -135,12 +135,6 @@ def test_the_pipeline_refuses_a_bad_record_before_any_work(data_root: Path, iris
     assert not any(Path(p).exists() for p in (data_root / CANARY, Path.cwd() / CANARY, Path("/") / CANARY))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "rules/common.smk get_all_done_targets() turns records/<name>.yaml into <name>/DONE without loading the record: "
-    "a record file whose name is not a valid job (here 'rl;demo.yaml') fails with Snakemake's "
-    "'MissingInputException ... rl;demo/DONE' instead of naming the record file and field 'job'. Proposed fix: "
-    "call get_record(job) for every record it lists (or check the stem against the job pattern there and raise "
-    "WorkflowError naming the file and field 'job')"))
 def test_a_record_file_named_with_shell_metacharacters_is_refused_naming_it(data_root: Path, iris) -> None:
     bad = "rl;demo"
     path = data_root / "records" / f"{bad}.yaml"
@@ -323,12 +317,6 @@ def test_an_empty_trainer_log_is_refused_naming_the_attempt(data_root: Path, buc
 # --------------------------------------------------------------------------- the trace tree under the coverage gate
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "rlkeep/report.py step_status reads only logs/<step>.log of the STEPS (publish_traces, publish_model), so when "
-    "an intermediate rule fails (stage_traces here: coverage under the gate; likewise stage_model) STATUS.json "
-    "lists nothing as blocked and publish_traces as 'pending' with no reason, although the run exited 1. Proposed "
-    "fix: give each Step the rules that produce its inputs (publish_traces: stage_traces; publish_model: "
-    "stage_model) and report the latest failure among their logs as the step's blocked reason"))
 def test_a_trace_tree_under_the_coverage_gate_is_named_in_status_json(data_root: Path, bucket: str, iris,
                                                                       hub_server) -> None:
     scenario = seed(data_root, bucket, iris, hub_server)
