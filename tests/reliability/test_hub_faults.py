@@ -97,6 +97,12 @@ def test_hub_faults_fail_publication_clearly_keep_staging_and_a_rerun_completes(
     done = read_json(job_dir / "DONE")
     assert done["remaining_work"] == [] and done["steps"]["publish_model"] == "completed"
     assert served_faults(hub_server) == injected
+    # Every failure above was reported without the Hub token or the store secret.
+    credentials = (hub_server.token, scenario.s3_secret)
+    texts = [p.read_text(errors="replace") for p in job_dir.rglob("*") if p.is_file() and p.suffix in {".log", ".json", ".md"}]
+    texts += [p.read_text(errors="replace") for p in (data_root / ".snakemake" / "log").glob("*.log")]
+    texts += [r.stdout + r.stderr for r in (first, second, third, last)]
+    assert not [c for c in credentials for text in texts if c in text]
     figures_log.record("hub_faults", injected=dict(injected), remote_edits=1, lost=0)
 
 

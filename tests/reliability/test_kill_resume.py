@@ -112,13 +112,12 @@ def kill_points(run: Run) -> list[KillPoint]:
         return any(attempt.fresh(p) for p in job_dir.glob(".model.tmp-*"))
 
     def reclaim_journal_open(attempt: Attempt) -> bool:
+        """A DeleteObjects request is out (held at the proxy) and the journal says batches remain."""
         journal = job_dir / ".work" / "reclaim" / "journal.json"
-        if not run.proxy_requests(attempt, "POST", "delete", "stall"):
+        if not run.proxy_requests(attempt, "POST", "delete", "stall") or not journal.is_file():
             return False
-        if journal.is_file():  # batches journaled before the delete went out: not all done yet
-            state = read_json(journal)
-            assert state["batches_done"] < state["batches_total"] or not state["batches_total"], state
-        return True
+        state = read_json(journal)
+        return state["batches_done"] < state["batches_total"]
 
     def retry_stopped(attempt: Attempt) -> bool:
         # After Iris answered the stop (the stand-in's state file is whole again): killing the
@@ -164,7 +163,7 @@ def kill_points(run: Run) -> list[KillPoint]:
         KillPoint("mid model verification (fresh download from the Hub)", held("model download")),
         KillPoint("between verification and registration",
                   lambda a: a.fresh(job_dir / "verify" / "model.json") and not a.grew(job_dir, "register")),
-        KillPoint("mid reclaim (DeleteObjects in flight)", reclaim_journal_open),
+        KillPoint("mid reclaim (journal open, DeleteObjects in flight)", reclaim_journal_open),
         KillPoint("between reclaim and DONE", lambda a: a.fresh(job_dir / "reclaim.json") and not run.exists("DONE")),
     ]
 
@@ -279,3 +278,35 @@ def test_soak_kills_at_points_and_at_seeded_times_on_the_full_size_example(data_
     figures_log.record("kills", survived=len(kills), points=kills)
     assert len(kills) >= MIN_KILLS + len(timed) // 2
     assert_ends_like_a_clean_run(scenario, reference)
+
+
+KILLED_MID_WRITE = """
+import os, signal, sys
+from pathlib import Path
+from rlkeep import jsonio
+
+def die(fd):  # SIGKILL after the temp file is written, before the rename
+    os.kill(os.getpid(), signal.SIGKILL)
+
+jsonio.os.fsync = die
+jsonio.write_json(Path(sys.argv[1]), {"status": "completed"})
+"""
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "rlkeep/jsonio.py atomic_write_bytes: a process killed between mkstemp and os.replace leaves "
+    "'.<name>.XXXXXXXX.part' beside the target for ever (found by the soak kill test: "
+    "checkpoint/.candidates.json.zq9d9k03.part); later writes use new random names. Proposed fix: a fixed "
+    "temp name per target ('.<name>.part', opened with O_TRUNC), which the next write reuses, or removing "
+    "stale '.<name>.*.part' siblings before writing"))
+def test_a_sentinel_write_killed_mid_way_leaves_no_temp_file_after_the_next_write(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from rlkeep.jsonio import write_json
+
+    target = tmp_path / "candidates.json"
+    killed = subprocess.run([sys.executable, "-c", KILLED_MID_WRITE, str(target)])
+    assert killed.returncode == -9 and not target.exists()
+    write_json(target, {"status": "completed"})  # the resumed step writes it again
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["candidates.json"]
