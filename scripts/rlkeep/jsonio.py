@@ -1,6 +1,7 @@
 """Atomic writes of JSON sentinels and small files: a reader never sees half a file."""
 from __future__ import annotations
 
+import glob
 import json
 import os
 import tempfile
@@ -11,6 +12,8 @@ from typing import Any
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
+    for stale in target.parent.glob(f".{glob.escape(target.name)}.*.part"):
+        stale.unlink(missing_ok=True)  # left by a writer that was killed mid-way
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
     try:
         os.fchmod(fd, 0o666 & ~_umask())

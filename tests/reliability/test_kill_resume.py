@@ -293,12 +293,6 @@ jsonio.write_json(Path(sys.argv[1]), {"status": "completed"})
 """
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "rlkeep/jsonio.py atomic_write_bytes: a process killed between mkstemp and os.replace leaves "
-    "'.<name>.XXXXXXXX.part' beside the target for ever (found by the soak kill test: "
-    "checkpoint/.candidates.json.zq9d9k03.part); later writes use new random names. Proposed fix: a fixed "
-    "temp name per target ('.<name>.part', opened with O_TRUNC), which the next write reuses, or removing "
-    "stale '.<name>.*.part' siblings before writing"))
 def test_a_sentinel_write_killed_mid_way_leaves_no_temp_file_after_the_next_write(tmp_path: Path) -> None:
     import subprocess
     import sys
