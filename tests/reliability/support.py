@@ -13,7 +13,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -313,18 +312,11 @@ def output_problems(job_dir: Path) -> list[str]:
     return problems
 
 
-# rlkeep.jsonio.atomic_write_bytes' temp names (mkstemp): a kill between its mkstemp and rename leaves one
-# (a few KB, never taken for the target); test_kill_resume.py has the xfail test and the proposed fix.
-ATOMIC_JSON_TEMP = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.part$")
-
-
 def leftovers(job_dir: Path) -> list[str]:
     """Temporary files or folders (names rlkeep gives work in progress) still under the job folder."""
     found = []
     for path in job_dir.rglob("*"):
         if any(marker in path.name for marker in TEMP_MARKERS) and path.name.startswith("."):
-            if path.is_file() and ATOMIC_JSON_TEMP.match(path.name) and path.stat().st_size < 1 << 20:
-                continue
             found.append(path.relative_to(job_dir).as_posix())
     return sorted(found)
 

@@ -294,6 +294,8 @@ jsonio.write_json(Path(sys.argv[1]), {"status": "completed"})
 
 
 def test_a_sentinel_write_killed_mid_way_leaves_no_temp_file_after_the_next_write(tmp_path: Path) -> None:
+    """Found by the soak kill test (checkpoint/.candidates.json.XXXXXXXX.part left behind); fixed in
+    rlkeep.jsonio: the next write of the same target removes what a killed writer left."""
     import subprocess
     import sys
 
