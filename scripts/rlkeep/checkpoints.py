@@ -133,6 +133,18 @@ def _read_json(contents: Mapping[str, bytes], key: str) -> tuple[Any, str | None
         return None, f"{key} is not valid JSON ({error})"
 
 
+def _size_and_cap_problems(step: int, files: Mapping[str, int], names: Iterable[str], latest: int | None) -> list[str]:
+    """What every layout checks last: no zero-size file, and not beyond latest_ckpt_global_step.txt."""
+    problems = []
+    zero = _zero_size(files, names)
+    if zero:
+        problems.append(f"zero-size {_listed(zero)}")
+    cap = _cap_problem(step, latest)
+    if cap:
+        problems.append(cap)
+    return problems
+
+
 def _fsdp_status(step: int, files: Mapping[str, int], key: str, latest: int | None,
                  contents: Mapping[str, bytes]) -> tuple[bool, list[str]]:
     problems: list[str] = []
@@ -174,12 +186,7 @@ def _fsdp_status(step: int, files: Mapping[str, int], key: str, latest: int | No
             problems.append(f"missing {config_name} (policy/huggingface/ exists, so this is a post-#124 save)")
         else:
             notes.append(f"pre-#124 layout (no {config_name}): world size {world} taken from the rank file names")
-    zero = _zero_size(files, expected)
-    if zero:
-        problems.append(f"zero-size {_listed(zero)}")
-    cap = _cap_problem(step, latest)
-    if cap:
-        problems.append(cap)
+    problems += _size_and_cap_problems(step, files, expected, latest)
     if problems:
         return False, ["fsdp: " + problem for problem in problems] + ["fsdp: note: " + note for note in notes]
     world = next(iter(world_sizes))
@@ -204,12 +211,7 @@ def _megatron_status(step: int, files: Mapping[str, int], key: str, latest: int 
             problems.append(error)
         elif not isinstance(metadata, dict) or metadata.get("sharded_backend") != "torch_dist":
             problems.append("policy/metadata.json sharded_backend is not torch_dist")
-    zero = _zero_size(files, [*required, *shards])
-    if zero:
-        problems.append(f"zero-size {_listed(zero)}")
-    cap = _cap_problem(step, latest)
-    if cap:
-        problems.append(cap)
+    problems += _size_and_cap_problems(step, files, [*required, *shards], latest)
     if problems:
         return False, ["megatron: " + problem for problem in problems]
     return True, [f"megatron: complete: torch_dist metadata, common.pt, .metadata and {len(shards)} .distcp shards "
@@ -251,12 +253,7 @@ def _deepspeed_status(step: int, files: Mapping[str, int], key: str, latest: int
         if zero3 and zero3 != dp_ranks:
             problems.append(f"ZeRO-3 model states of dp ranks {zero3} do not match optimizer ranks {dp_ranks}")
         checked += [f"policy/{tag}/{name}" for name in [*models, *optims]]
-    zero = _zero_size(files, checked)
-    if zero:
-        problems.append(f"zero-size {_listed(zero)}")
-    cap = _cap_problem(step, latest)
-    if cap:
-        problems.append(cap)
+    problems += _size_and_cap_problems(step, files, checked, latest)
     if problems:
         return False, ["deepspeed: " + problem for problem in problems]
     return True, [f"deepspeed: complete: tag {tag} with model and optimizer states"]
