@@ -76,7 +76,8 @@ class S3Server:
         self.port = self.port or free_port()
         ports = {name: free_port() for name in (
             "master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "volume.port.public",
-            "filer.port", "filer.port.grpc", "filer.port.public", "s3.port.grpc", "admin.port",
+            "filer.port", "filer.port.grpc", "filer.port.public", "s3.port.grpc", "s3.port.iceberg",
+            "s3.port.lance", "admin.port",
             "admin.port.grpc", "debug.port", "webdav.port",
         )}
         args = [
