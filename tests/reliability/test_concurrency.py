@@ -48,11 +48,18 @@ def test_two_jobs_run_at_once_and_a_second_run_of_the_same_job_is_refused(data_r
     env = first.env()
     a = Pipeline(data_root, f"{JOB}/DONE", env=env, name="job-a")
     b = Pipeline(data_root, f"{OTHER}/DONE", env=env, name="job-b")
-    assert wait_for(lambda: holds_lock(data_root, JOB) or not a.running(), timeout=120)
-    assert a.running(), a.output()[-3000:]
-    again = Pipeline(data_root, f"{JOB}/DONE", env=env, name="job-a-again")
-    refused = again.wait(timeout=300)
-    status_a, status_b = a.wait(), b.wait()
+    started = [a, b]
+    try:
+        assert wait_for(lambda: holds_lock(data_root, JOB) or not a.running(), timeout=120)
+        assert a.running(), a.output()[-3000:]
+        again = Pipeline(data_root, f"{JOB}/DONE", env=env, name="job-a-again")
+        started.append(again)
+        refused = again.wait(timeout=300)
+        status_a, status_b = a.wait(), b.wait()
+    finally:
+        for pipeline in started:
+            if pipeline.running():
+                pipeline.kill()
     figures_log.record("concurrency", runs=3, refused=int(refused != 0))
 
     assert refused != 0

@@ -182,6 +182,29 @@ def check_invariants(run: Run, source_keys: dict[str, int], where: str) -> None:
         assert commit in hub_history(run.scenario.hub, run.scenario.record["publish"]["model"]), where
 
 
+class StagingWatch:
+    """Staging is never deleted before its verify sentinel: from the first upload request of a repo
+    (seen at the Hub) until verify/<name>.json exists, stage/<name>/ must be there. (Before any upload,
+    Snakemake may rebuild a staging whose rule was killed after writing it: nothing was sent from it.)"""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.uploaded: dict[str, bool] = {"model": False, "traces": False}
+        self.markers = {"model": f"/models/{scenario.record['publish']['model']}/",
+                        "traces": f"/datasets/{scenario.record['publish']['traces']}/"}
+
+    def check(self) -> None:
+        job_dir = self.scenario.job_dir
+        if not all(self.uploaded.values()):
+            requests = self.scenario.hub.requests()
+            for name, marker in self.markers.items():
+                self.uploaded[name] = self.uploaded[name] or any(
+                    r["kind"] in {"preupload", "lfs_put", "commit"} and marker in r["path"] for r in requests)
+        for name, uploaded in self.uploaded.items():
+            if uploaded and not (job_dir / "verify" / f"{name}.json").is_file():
+                assert (job_dir / "stage" / name).is_dir(), f"stage/{name} deleted before verify/{name}.json"
+
+
 def kill_and_resume_until_done(scenario: Scenario, s3_endpoint: str, extra_points: tuple[KillPoint, ...] = ()
                                ) -> list[str]:
     """Run the same command again and again, killing each attempt at the first kill point it reaches,
@@ -204,18 +227,19 @@ def kill_and_resume_until_done(scenario: Scenario, s3_endpoint: str, extra_point
                                     "model commit": model_commit, "model download": model_download})
         env = scenario.env(AWS_ENDPOINT_URL_S3=proxy.endpoint)
         points = kill_points(run) + list(extra_points)
-        staged_once = False
+        staging = StagingWatch(scenario)
         for number in range(len(points) + 5):
             attempt = run.new_attempt()
             pipeline = Pipeline(data_root, *command, env=env, config=config, name=f"attempt-{number:02d}")
             fired: KillPoint | None = None
-            while pipeline.running() and fired is None:
-                fired = next((point for point in points if point.reached(attempt)), None)
-                if (scenario.job_dir / "stage" / "model.redaction.json").is_file():
-                    staged_once = True
-                if staged_once and not (scenario.job_dir / "verify" / "model.json").is_file():
-                    assert (scenario.job_dir / "stage" / "model").is_dir(), "staging deleted before its verify sentinel"
-                time.sleep(0.005)
+            try:
+                while pipeline.running() and fired is None:
+                    fired = next((point for point in points if point.reached(attempt)), None)
+                    staging.check()
+                    time.sleep(0.005)
+            except BaseException:
+                pipeline.kill()
+                raise
             if fired is None:
                 status = pipeline.wait()
                 assert status == 0, pipeline.output()[-5000:]
