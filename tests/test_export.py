@@ -244,14 +244,32 @@ def test_consolidate_flat_single_file_reuses_it_and_reports_provenance(tmp_path:
     assert report["verification"]["architectures"] == ["Qwen3ForCausalLM"]
 
 
-def test_consolidate_sharded_export_into_one_file(tmp_path: Path) -> None:
+def test_consolidate_sharded_export_keeps_its_shards_linked_whole(tmp_path: Path) -> None:
     src = write_hf_export(tmp_path / "policy", QWEN2, shards=3, config=QWEN2_CONFIG)
     dst = tmp_path / "model"
     report = consolidate(src, dst)
     assert_same_tensors(dst, QWEN2)
-    assert report["output"]["weights"] == ["model.safetensors"] and not (dst / "model.safetensors.index.json").exists()
-    assert report["output"]["reused_whole"] == []
+    names = [f"model-{k:05d}-of-00003.safetensors" for k in (1, 2, 3)]
+    assert report["output"]["weights"] == names and report["output"]["sharded"]
+    assert report["output"]["reused_whole"] == [f"{name} <- {src / name}" for name in names]
+    for name in names:  # never rewritten: the published shards hash the same as the training export's
+        assert (dst / name).stat().st_ino == (src / name).stat().st_ino
+    index = json.loads((dst / "model.safetensors.index.json").read_text())
+    assert index["weight_map"] == json.loads((src / "model.safetensors.index.json").read_text())["weight_map"]
     assert report["verification"]["architectures"] == ["Qwen2ForCausalLM"]
+
+
+def test_consolidate_merges_a_sharded_export_whose_shard_exceeds_the_limit(tmp_path: Path) -> None:
+    src = write_hf_export(tmp_path / "policy", QWEN2, shards=3, config=QWEN2_CONFIG)
+    largest = max(read_safetensors_header(path).data_bytes for path in src.glob("*.safetensors"))
+    dst = tmp_path / "model"
+    report = consolidate(src, dst, max_shard_bytes=largest - 1)
+    assert_same_tensors(dst, QWEN2)
+    assert report["output"]["reused_whole"] == []
+    index = json.loads((dst / "model.safetensors.index.json").read_text())
+    assert sorted(set(index["weight_map"].values())) == report["output"]["weights"]
+    for shard in report["output"]["weights"]:
+        assert (dst / shard).stat().st_nlink == 1  # rewritten under a new header, not linked
 
 
 def test_consolidate_reshards_with_a_transformers_index(tmp_path: Path) -> None:
@@ -292,8 +310,9 @@ def test_consolidate_across_filesystems_falls_back_to_plain_copies(tmp_path: Pat
     dst = tmp_path / "model"
     report = consolidate(src, dst)
     assert_same_tensors(dst, STATE)
-    assert bool(report["output"]["reused_whole"]) == (shards == 1)
-    assert (dst / "model.safetensors").stat().st_nlink == 1  # a copy: no link can cross filesystems
+    assert len(report["output"]["reused_whole"]) == shards
+    for name in report["output"]["weights"]:
+        assert (dst / name).stat().st_nlink == 1  # a copy: no link can cross filesystems
     for entry in report["files"]:
         assert entry["sha256"] == hashlib.sha256((dst / entry["path"]).read_bytes()).hexdigest()
 
