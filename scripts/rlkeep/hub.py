@@ -770,15 +770,24 @@ def _tree_bytes(root: Path) -> int:
     return sum(path.stat().st_size for path in root.rglob("*") if path.is_file())
 
 
+def _destinations_or_not_applicable(ctx: Any) -> dict[str, Any] | None:
+    """The record's publish block; without one, the verify sentinel says why nothing was published."""
+    from rlkeep.jsonio import write_json
+    from rlkeep.steps import not_applicable
+
+    if ctx.record.publish is None:
+        write_json(ctx.outputs["verify"], not_applicable("the record names no publish destinations"))
+    return ctx.record.publish
+
+
 def publish_model_step(ctx: Any) -> None:
     """`<job>/verify/model.json`: upload additively, download fresh, check again."""
     from rlkeep.jsonio import write_json
     from rlkeep.redaction import redactor_from_environment
-    from rlkeep.steps import check_transfer, not_applicable
+    from rlkeep.steps import check_transfer
 
-    publish = ctx.record.publish
+    publish = _destinations_or_not_applicable(ctx)
     if publish is None:
-        write_json(ctx.outputs["verify"], not_applicable("the record names no publish destinations"))
         return
     stage = ctx.inputs["stage"]
     check_transfer(ctx, nbytes=_tree_bytes(stage), what=f"model upload to {publish['model']}")
@@ -796,11 +805,10 @@ def publish_model_step(ctx: Any) -> None:
 def publish_traces_step(ctx: Any) -> None:
     """`<job>/verify/traces.json`: replace the remote shard set in one commit, then verify it."""
     from rlkeep.jsonio import read_json, write_json
-    from rlkeep.steps import check_transfer, not_applicable
+    from rlkeep.steps import check_transfer
 
-    publish = ctx.record.publish
+    publish = _destinations_or_not_applicable(ctx)
     if publish is None:
-        write_json(ctx.outputs["verify"], not_applicable("the record names no publish destinations"))
         return
     stage = ctx.inputs["stage"]
     manifest = read_json(stage / MANIFEST_NAME)

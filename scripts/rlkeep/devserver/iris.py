@@ -23,10 +23,18 @@ TERMINAL = {"succeeded", "failed", "killed", "worker_failed", "unschedulable"}
 DEFAULT_MAX_LINES = 1000
 
 
-def _locked_state(path: Path):  # type: ignore[no-untyped-def]
-    handle = open(path, "r+", encoding="utf-8")
+def _state_lock(path: Path):  # type: ignore[no-untyped-def]
+    """A lock beside the state file (the state itself is replaced by rename, so it cannot hold one)."""
+    handle = open(path.with_name(path.name + ".lock"), "a", encoding="utf-8")
     fcntl.flock(handle, fcntl.LOCK_EX)
     return handle
+
+
+def _save_state(path: Path, state: dict[str, Any]) -> None:
+    """Replace the state whole: a stand-in killed mid-write leaves the old state, never half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
+    tmp.write_text(json.dumps(state, indent=2), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def _record_call(argv: list[str]) -> None:
@@ -76,9 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("IRIS_STANDIN_FAIL") == command:
         return _fail("Error: failed to connect to controller: connection refused")
 
-    handle = _locked_state(Path(state_path))
+    handle = _state_lock(Path(state_path))
     try:
-        state = json.load(handle)
+        state = json.loads(Path(state_path).read_text(encoding="utf-8"))
         jobs: dict[str, dict[str, Any]] = state["jobs"]
         if command == "summary":
             as_json = "--json" in rest
@@ -128,9 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  {job_id}")
             else:
                 print("No running jobs matched.")
-            handle.seek(0)
-            handle.truncate()
-            json.dump(state, handle, indent=2)
+            _save_state(Path(state_path), state)
             return 0
         return _fail(f"Error: No such command '{command}'.", 2)
     finally:
