@@ -55,8 +55,28 @@ def test_changed_object_is_an_error(bucket: str) -> None:
     store.put_bytes("a.txt", b"12345")
     infos = list(store.list())
     store.put_bytes("a.txt", b"123456789")
-    with pytest.raises(StoreError, match="listed with 5 bytes but read 9"):
+    with pytest.raises(StoreError, match=r"run/a.txt: larger than the 5 bytes listed; the object changed during sync"):
         list(fetch_in_order(store, infos))
+    store.put_bytes("a.txt", b"123")
+    with pytest.raises(StoreError, match="run/a.txt: listed with 5 bytes but read 3; the object changed during sync"):
+        list(fetch_in_order(store, infos))
+    store.put_bytes("a.txt", b"x" * 4096)  # larger than listed and larger than the spill size: on disk
+    with pytest.raises(StoreError, match="listed with 5 bytes but read 4096"):
+        list(fetch_in_order(store, infos, spill_bytes=4))
+
+
+def test_fetch_in_order_keeps_order_across_batches_and_can_stop_early(bucket: str) -> None:
+    store = open_store(f"s3://{bucket}/many")
+    for i in range(70):
+        store.put_bytes(f"k{i:03d}", bytes([i]) * (i * 1000))
+    infos = list(store.list())
+    fetched = []
+    for item in fetch_in_order(store, infos, workers=3, max_inflight_bytes=50_000):
+        fetched.append(item)
+        if len(fetched) == 40:
+            break
+    assert [f.info.key for f in fetched] == [f"k{i:03d}" for i in range(40)]
+    assert all(f.read() == bytes([i]) * (i * 1000) for i, f in enumerate(fetched))
 
 
 @pytest.mark.parametrize("kind", ["reset", "slowdown", "error500", "truncate"])

@@ -11,6 +11,7 @@ sha256 while streaming; an ETag is never trusted as a content hash.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import shutil
 import threading
@@ -67,6 +68,24 @@ class Store(Protocol):
 
 class ObjectMissing(StoreError):
     """The object was listed but is gone now."""
+
+
+class ObjectChanged(StoreError):
+    """The object is not what the listing said (a re-read would not help)."""
+
+
+class _CappedBuffer(io.BytesIO):
+    """An in-memory body that refuses to grow past the listed size, so an object replaced by a
+    larger one after listing cannot take memory beyond the fetch window."""
+
+    def __init__(self, listed_size: int, what: str) -> None:
+        super().__init__()
+        self.cap, self.what = listed_size, what
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        if self.tell() + len(data) > self.cap:
+            raise ObjectChanged(f"{self.what}: larger than the {self.cap} bytes listed; the object changed during sync")
+        return super().write(data)
 
 
 def check_key(key: str, *, where: str) -> str:
@@ -207,11 +226,33 @@ def s3_client():  # type: ignore[no-untyped-def]
                 read_timeout=60,
                 max_pool_connections=64,
             )
-            session = boto3.session.Session()
+            session = boto3.session.Session(botocore_session=_botocore_session())
             region = session.region_name or os.environ.get("AWS_REGION") or "us-east-1"
             client = session.client("s3", region_name=region, config=config)
             _clients[endpoint] = client
     return client
+
+
+def _timestamp(value: str):  # type: ignore[no-untyped-def]
+    """ISO 8601 timestamps (every listing entry has one) without dateutil's tokenizer, which costs
+    a quarter of a millisecond per object; any other form goes to botocore's own parser."""
+    from datetime import datetime
+
+    from botocore.utils import parse_timestamp
+
+    try:
+        parsed = datetime.fromisoformat(value)
+    except (TypeError, ValueError):
+        return parse_timestamp(value)
+    return parsed if parsed.tzinfo is not None else parse_timestamp(value)
+
+
+def _botocore_session():  # type: ignore[no-untyped-def]
+    import botocore.session
+
+    core = botocore.session.get_session()
+    core.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=_timestamp)
+    return core
 
 
 class HttpStatusError(Exception):
@@ -346,6 +387,10 @@ class S3Store:
                 return size, digest
             except ObjectMissing:
                 raise ObjectMissing(f"{what}: listed but no longer exists") from None
+            except ObjectChanged:
+                sink.seek(start)
+                sink.truncate()
+                raise
             except Exception as error:  # noqa: BLE001
                 sink.seek(start)
                 sink.truncate()
@@ -379,6 +424,9 @@ class S3Store:
             expected = int(response.headers.get("Content-Length", -1))
             size, digest = _hash_stream(response.stream(CHUNK, decode_content=False), sink)
             return size, expected, digest
+        except BaseException:
+            response.close()  # a body left unread must not go back to the pool with its connection
+            raise
         finally:
             response.release_conn()
 
@@ -447,6 +495,24 @@ class S3Store:
 # --------------------------------------------------------------------------- bulk reads
 
 
+BATCH_OBJECTS = 16  # small objects fetched back to back by one worker: one hand-off per batch
+BATCH_BYTES = 1 << 20
+
+
+def _batches(infos: Iterable[ObjectInfo]) -> Iterator[list[ObjectInfo]]:
+    """Consecutive runs of small objects (up to BATCH_OBJECTS and BATCH_BYTES); large objects alone."""
+    batch: list[ObjectInfo] = []
+    size = 0
+    for info in infos:
+        if batch and (len(batch) == BATCH_OBJECTS or size + info.size > BATCH_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(info)
+        size += info.size
+    if batch:
+        yield batch
+
+
 def fetch_in_order(
     store: Store,
     infos: Iterable[ObjectInfo],
@@ -460,12 +526,18 @@ def fetch_in_order(
     At most `workers` requests run at once and at most `max_inflight_bytes` (by listed size)
     wait to be consumed; each body lives in memory up to `spill_bytes` and on disk beyond,
     so memory is bounded by the concurrency, not by the object count or the largest object.
+    Small objects go to the workers in batches: with thousands of 1-50 KB objects, handing
+    each one to a thread and back costs as much CPU as its request.
     The consumer closes each FetchedObject when done with it.
     """
     import tempfile
 
     def fetch(info: ObjectInfo) -> FetchedObject:
-        body: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=spill_bytes)  # type: ignore[assignment]
+        body: IO[bytes]
+        if info.size <= spill_bytes:
+            body = _CappedBuffer(info.size, f"{store.url}/{info.key}")
+        else:
+            body = tempfile.SpooledTemporaryFile(max_size=spill_bytes)  # type: ignore[assignment]
         try:
             size, digest = store.read_into(info.key, body)
         except ObjectMissing:
@@ -480,30 +552,49 @@ def fetch_in_order(
         body.seek(0)
         return FetchedObject(info, body, digest)
 
-    pending: deque[tuple[ObjectInfo, Future[FetchedObject]]] = deque()
+    def fetch_batch(batch: list[ObjectInfo]) -> list[FetchedObject]:
+        done: list[FetchedObject] = []
+        try:
+            for info in batch:
+                done.append(fetch(info))
+        except BaseException:
+            for fetched in done:
+                fetched.close()
+            raise
+        return done
+
+    pending: deque[tuple[int, Future[list[FetchedObject]]]] = deque()
     inflight = 0
-    source = iter(infos)
+    source = _batches(infos)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fetch") as pool:
         try:
             exhausted = False
             while True:
-                while not exhausted and len(pending) < workers * 4 and (inflight < max_inflight_bytes or not pending):
-                    info = next(source, None)
-                    if info is None:
+                while not exhausted and len(pending) < workers * 2 and (inflight < max_inflight_bytes or not pending):
+                    batch = next(source, None)
+                    if batch is None:
                         exhausted = True
                         break
-                    pending.append((info, pool.submit(fetch, info)))
-                    inflight += info.size
+                    size = sum(info.size for info in batch)
+                    pending.append((size, pool.submit(fetch_batch, batch)))
+                    inflight += size
                 if not pending:
                     return
-                info, future = pending.popleft()
-                result = future.result()
-                inflight -= info.size
-                yield result
+                size, future = pending.popleft()
+                results = future.result()
+                inflight -= size
+                for index, result in enumerate(results):
+                    try:
+                        yield result
+                    except BaseException:  # the consumer stopped: close what it will never see
+                        for later in results[index + 1:]:
+                            later.close()
+                        raise
         finally:
             for _, future in pending:
                 if not future.cancel() and future.done() and future.exception() is None:
-                    future.result().close()
+                    for fetched in future.result():
+                        fetched.close()
 
 
 def upload_tree(root: Path, store: Store, *, workers: int = 16) -> int:
