@@ -30,7 +30,9 @@ def test_listing_spans_pages_in_key_order(bucket: str) -> None:
     assert len(list(store.list())) == 254
 
 
-def test_fetch_in_order_checks_sizes_and_hashes(bucket: str) -> None:
+@pytest.mark.parametrize("presigned", ["1", "0"], ids=["presigned-get", "get-object"])
+def test_fetch_in_order_checks_sizes_and_hashes(bucket: str, presigned: str, monkeypatch) -> None:
+    monkeypatch.setenv("RLKEEP_S3_PRESIGNED_GET", presigned)
     store = open_store(f"s3://{bucket}/run")
     contents = fill(store, 300)
     infos = list(store.list("trace_jobs"))
@@ -50,7 +52,9 @@ def test_object_vanishing_after_listing_is_reported_not_raised(bucket: str) -> N
     assert [f.body is None for f in fetched] == [False, False, True, False, False]
 
 
-def test_changed_object_is_an_error(bucket: str) -> None:
+@pytest.mark.parametrize("presigned", ["1", "0"], ids=["presigned-get", "get-object"])
+def test_changed_object_is_an_error(bucket: str, presigned: str, monkeypatch) -> None:
+    monkeypatch.setenv("RLKEEP_S3_PRESIGNED_GET", presigned)
     store = open_store(f"s3://{bucket}/run")
     store.put_bytes("a.txt", b"12345")
     infos = list(store.list())
@@ -63,6 +67,8 @@ def test_changed_object_is_an_error(bucket: str) -> None:
     store.put_bytes("a.txt", b"x" * 4096)  # larger than listed and larger than the spill size: on disk
     with pytest.raises(StoreError, match="listed with 5 bytes but read 4096"):
         list(fetch_in_order(store, infos, spill_bytes=4))
+    store.put_bytes("a.txt", b"54321")  # the same size again: the connections are still usable
+    assert [f.read() for f in fetch_in_order(store, infos)] == [b"54321"]
 
 
 def test_fetch_in_order_keeps_order_across_batches_and_can_stop_early(bucket: str) -> None:

@@ -411,7 +411,11 @@ class S3Store:
         """
         if os.environ.get("RLKEEP_S3_PRESIGNED_GET", "1") == "0":
             response = s3_client().get_object(Bucket=self.bucket, Key=full_key)
-            size, digest = _hash_stream(response["Body"].iter_chunks(CHUNK), sink)
+            try:
+                size, digest = _hash_stream(response["Body"].iter_chunks(CHUNK), sink)
+            except BaseException:
+                response["Body"].close()  # an unread body must not return to the pool
+                raise
             return size, int(response.get("ContentLength", -1)), digest
         url = s3_client().generate_presigned_url("get_object", Params={"Bucket": self.bucket, "Key": full_key},
                                                  ExpiresIn=900)

@@ -59,6 +59,11 @@ def main() -> int:
         print(json.dumps(figures), flush=True)
         results.append(figures)
     args.out.mkdir(parents=True, exist_ok=True)
+    previous = args.out / "results.json"
+    if args.only and previous.is_file():  # a partial run keeps the other benches' last figures
+        ran = {r["bench"] for r in results}
+        kept = [r for r in json.loads(previous.read_text()) if r.get("bench") not in ran]
+        results = sorted(kept + results, key=lambda r: str(r.get("bench")))
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (args.out / "RESULTS.md").write_text(render(results))
     failed = [r["bench"] for r in results if "error" in r or r.get("target_met") is False]
