@@ -1368,7 +1368,8 @@ def consolidate_main(argv: list[str]) -> int:
     parser.add_argument("src", type=Path, help="step directory (an HF export folder or ckpts/global_step_N)")
     parser.add_argument("dst", type=Path, nargs="?", help="flat model folder to create (must not exist)")
     parser.add_argument("--max-shard-bytes", type=int, default=DEFAULT_MAX_SHARD_BYTES,
-                        help=f"shard the output above this many bytes of tensor data (default {DEFAULT_MAX_SHARD_BYTES})")
+                        help=f"largest output shard in bytes of tensor data (default {DEFAULT_MAX_SHARD_BYTES}); "
+                             "a sharded export whose shards all fit keeps its sharding, linked whole")
     parser.add_argument("--inspect", action="store_true", help="only detect the format and print the evidence")
     args = parser.parse_args(argv)
     if args.inspect:
