@@ -259,7 +259,7 @@ def test_consolidate_sharded_export_keeps_its_shards_linked_whole(tmp_path: Path
     assert report["verification"]["architectures"] == ["Qwen2ForCausalLM"]
 
 
-def test_consolidate_merges_a_sharded_export_whose_shard_exceeds_the_limit(tmp_path: Path) -> None:
+def test_consolidate_repacks_a_sharded_export_whose_shard_exceeds_the_limit(tmp_path: Path) -> None:
     src = write_hf_export(tmp_path / "policy", QWEN2, shards=3, config=QWEN2_CONFIG)
     largest = max(read_safetensors_header(path).data_bytes for path in src.glob("*.safetensors"))
     dst = tmp_path / "model"
