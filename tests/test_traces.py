@@ -365,6 +365,25 @@ def test_row_columns(mixed_tree, tmp_path: Path) -> None:
             assert "test session starts" in row["verifier_output"] and "\x1b" not in row["verifier_output"]
 
 
+def test_skimmed_result_json_gives_the_same_shards_as_the_full_parse(mixed_tree, tmp_path: Path,
+                                                                      monkeypatch) -> None:
+    """Large result.json files are skimmed (only the members the export reads are decoded); the
+    rows must not depend on which path read them, and what skimming refuses goes the full way."""
+    from rlkeep import traces
+
+    root, _ = mixed_tree
+    trials = sorted(p for p in root.iterdir() if (p / "result.json").is_file())
+    bulky = trials[0] / "result.json"  # a member nobody reads, with bytes that are not UTF-8
+    bulky.write_bytes(bulky.read_bytes().rstrip()[:-1] + b', "rollout_details": ["\xff\xfe", [1, 2, 3]]}')
+    (trials[1] / "result.json").write_bytes(b"[1, 2]")  # not an object: malformed either way
+    full = build(root, tmp_path / "full")
+    monkeypatch.setattr(traces, "SKIM_RESULT_ABOVE_BYTES", 0)
+    skimmed = build(root, tmp_path / "skimmed")
+    assert shard_bytes(tmp_path / "skimmed") == shard_bytes(tmp_path / "full")
+    assert skimmed["malformed"] == full["malformed"] and sum(full["malformed"].values()) >= 1
+    assert skimmed["row_count"] == full["row_count"] > 0
+
+
 def test_conversations_alternate_start_with_user_and_survive_continuations(tmp_path: Path) -> None:
     root = tmp_path / "trace_jobs"
     summaries = [

@@ -45,6 +45,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import atomic_write_bytes
+from rlkeep.jsonskim import SkimError, pick_members
 
 SERIALIZATIONS: tuple[str, ...] = ("wandb-json", "skyrl-console", "python-dict", "json-lines")
 STEP_KEYS: tuple[str, ...] = ("trainer/global_step", "global_step", "step", "_step")
@@ -740,116 +741,6 @@ TRIAL_COLUMNS: tuple[str, ...] = (
 )
 PHASES: tuple[str, ...] = ("environment_setup", "agent_setup", "agent_execution", "verifier")
 
-_JSON_WS = re.compile(rb"[ \t\r\n]*")
-_JSON_STRUCTURE = re.compile(rb'[\[\]{}"]')
-_JSON_SCALAR = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|true|false|null|NaN|-?Infinity")
-_CLOSER = {ord("{"): ord("}"), ord("["): ord("]")}
-
-
-class _Malformed(Exception):
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-
-
-class _Skim:
-    """Walks a JSON document without decoding values it does not need (rollout_details can
-    be hundreds of MB of token ids). Works on bytes or an mmap. Skipped values are checked
-    for balanced brackets and closed strings, not for full JSON syntax."""
-
-    def __init__(self, data: Any) -> None:
-        self.data = data
-        self.size = len(data)
-
-    def ws(self, pos: int) -> int:
-        return _JSON_WS.match(self.data, pos).end()
-
-    def byte(self, pos: int) -> int:
-        if pos >= self.size:
-            raise _Malformed("truncated", f"document ends at byte {self.size}")
-        return self.data[pos]
-
-    def string_end(self, pos: int) -> int:
-        data, probe = self.data, pos + 1
-        while True:
-            quote = data.find(b'"', probe)
-            if quote < 0:
-                raise _Malformed("truncated", f"string opened at byte {pos} is never closed")
-            backslash = quote - 1
-            while data[backslash] == 0x5C:
-                backslash -= 1
-            if (quote - 1 - backslash) % 2 == 0:
-                return quote + 1
-            probe = quote + 1
-
-    def value_end(self, pos: int) -> int:
-        first = self.byte(pos)
-        if first == 0x22:
-            return self.string_end(pos)
-        if first in _CLOSER:
-            expected = [_CLOSER[first]]
-            probe = pos + 1
-            while expected:
-                match = _JSON_STRUCTURE.search(self.data, probe)
-                if match is None:
-                    raise _Malformed("truncated", f"value opened at byte {pos} is never closed")
-                char = self.data[match.start()]
-                if char == 0x22:
-                    probe = self.string_end(match.start())
-                    continue
-                if char in _CLOSER:
-                    expected.append(_CLOSER[char])
-                elif char != expected.pop():
-                    raise _Malformed("invalid-json", f"mismatched bracket at byte {match.start()}")
-                probe = match.end()
-            return probe
-        match = _JSON_SCALAR.match(self.data, pos)
-        if match is None:
-            raise _Malformed("invalid-json", f"unexpected byte {chr(first)!r} at byte {pos}")
-        return match.end()
-
-    def decode(self, start: int, end: int) -> Any:
-        try:
-            return json.loads(self.data[start:end])
-        except ValueError as error:
-            raise _Malformed("invalid-json", f"bytes {start}-{end}: {error}") from None
-
-    def pick(self, pos: int, wanted: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
-        """Decode the wanted members of the object at pos and skip the rest; a nested mapping
-        in wanted picks inside that member, None decodes it whole. Returns (picked, end)."""
-        picked: dict[str, Any] = {}
-        pos = self.ws(pos)
-        if self.byte(pos) != 0x7B:
-            raise _Malformed("not-an-object", f"expected an object at byte {pos}")
-        pos = self.ws(pos + 1)
-        if self.byte(pos) == 0x7D:
-            return picked, pos + 1
-        while True:
-            if self.byte(pos) != 0x22:
-                raise _Malformed("invalid-json", f"expected a key at byte {pos}")
-            key_end = self.string_end(pos)
-            key = self.decode(pos, key_end)
-            pos = self.ws(key_end)
-            if self.byte(pos) != 0x3A:
-                raise _Malformed("invalid-json", f"expected ':' at byte {pos}")
-            start = self.ws(pos + 1)
-            inner = wanted.get(key, False)
-            if inner is False:
-                end = self.value_end(start)
-            elif inner is not None and self.byte(start) == 0x7B:
-                picked[key], end = self.pick(start, inner)
-            else:
-                end = self.value_end(start)
-                picked[key] = self.decode(start, end)
-            pos = self.ws(end)
-            separator = self.byte(pos)
-            if separator == 0x7D:
-                return picked, pos + 1
-            if separator != 0x2C:
-                raise _Malformed("invalid-json", f"expected ',' or '}}' at byte {pos}")
-            pos = self.ws(pos + 1)
-
-
 _RESULT_FIELDS: dict[str, Any] = {
     "task_name": None, "trial_name": None, "verifier_result": None, "exception_info": None,
     "started_at": None, "finished_at": None,
@@ -894,17 +785,11 @@ def trial_from_result(trial: str, data: Any) -> dict[str, Any]:
     row: dict[str, Any] = {column: None for column in TRIAL_COLUMNS}
     row["trial"] = trial
     try:
-        skim = _Skim(data)
-        if skim.size == 0 or skim.ws(0) >= skim.size:
-            raise _Malformed("empty", "result.json has no content")
-        picked, end = skim.pick(0, _RESULT_FIELDS)
-        end = skim.ws(end)
-        if end != skim.size:
-            raise _Malformed("invalid-json", f"extra data after the object at byte {end}")
+        picked = pick_members(data, _RESULT_FIELDS, "result.json")
         for name in ("verifier_result", "exception_info", "agent_result"):
             if picked.get(name) is not None and not isinstance(picked[name], dict):
-                raise _Malformed("unexpected-shape", f"{name} is {type(picked[name]).__name__}, expected an object or null")
-    except _Malformed as error:
+                raise SkimError("unexpected-shape", f"{name} is {type(picked[name]).__name__}, expected an object or null")
+    except SkimError as error:
         row["error"] = str(error)
         return row
     row["task"] = picked.get("task_name")

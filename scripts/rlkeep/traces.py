@@ -68,6 +68,7 @@ import pyarrow.parquet as pq
 
 from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import dumps, write_json
+from rlkeep.jsonskim import SkimError, pick_members
 
 EPISODES = ("last", "all")
 FILTERS = ("none", "success", "failure")
@@ -81,6 +82,7 @@ DEFAULT_TRIALS_PER_SHARD = 200
 ROW_GROUP_CHARS = 16 * 1024 * 1024
 MALFORMED_EXAMPLES = 10
 HASH_CHUNK = 1 << 20
+READ_CHUNK = 1 << 20  # tar members larger than this are read into one preallocated buffer
 
 CONVERSATION_TYPE = pa.list_(pa.struct([
     pa.field("role", pa.string(), nullable=False),
@@ -156,6 +158,25 @@ class _HashingReader:
         data = self._handle.read(size)
         self.digest.update(data)
         return data
+
+
+def _read_member(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    """A member's bytes, read into one buffer of its size: in stream mode a single read() of a
+    large member joins and slices its chunks, holding about three times the member at once."""
+    handle = tar.extractfile(member)
+    assert handle is not None
+    if member.size <= READ_CHUNK:
+        return handle.read()
+    buffer = bytearray(member.size)
+    view = memoryview(buffer)
+    position = 0
+    while position < member.size:
+        count = handle.readinto(view[position:position + READ_CHUNK])
+        if not count:
+            raise RlkeepError(f"tar member {member.name!r} ends at byte {position} of {member.size}")
+        position += count
+    view.release()
+    return buffer  # type: ignore[return-value]  # bytes-like: everything downstream only reads it
 
 
 def _iter_members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
@@ -376,9 +397,7 @@ class TarTrials:
             names.add(inner)
             is_trial = is_trial or inner == RESULT or inner == "agent" or inner.startswith("agent/")
             if member.isreg() and needed_for_export(inner):
-                handle = tar.extractfile(member)
-                assert handle is not None
-                files[inner] = handle.read()
+                files[inner] = _read_member(tar, member)
         if current is not None and is_trial:
             yield TrialContent(current, files)
 
@@ -587,6 +606,25 @@ def _read_json(data: bytes, rel: str, reason: str, repairs: Counter[str]) -> Any
         raise MalformedTrial(reason, f"{rel} line {error.lineno}: {error.msg}") from error
 
 
+# The members of result.json the export reads; anything else (rollout_details, agent output:
+# possibly hundreds of MB) is skipped without being decoded when the file is large.
+_RESULT_MEMBERS: dict[str, Any] = {name: None for name in (
+    "trial_name", "task_name", "started_at", "verifier_result", "exception_info", "agent_info", "config")}
+SKIM_RESULT_ABOVE_BYTES = 4 << 20
+
+
+def _read_result(data: bytes, repairs: Counter[str]) -> Any:
+    """result.json as a dict of the members the export reads. A large file is skimmed (memory:
+    the picked members, not about three times the file); if skimming refuses it, the full parse
+    decides, with its repairs and its error message."""
+    if len(data) > SKIM_RESULT_ABOVE_BYTES:
+        try:
+            return pick_members(data, _RESULT_MEMBERS, RESULT)
+        except (SkimError, ValueError):
+            pass
+    return _read_json(data, RESULT, "invalid_json_result", repairs)
+
+
 def _reward(result: dict[str, Any]) -> float | None:
     verifier = result.get("verifier_result")
     rewards = verifier.get("rewards") if isinstance(verifier, dict) else None
@@ -653,7 +691,7 @@ def read_trial(trial: TrialContent, scrub: Callable[[str], str], repairs: Counte
     """Parse one trial into metadata and messages, or raise MalformedTrial with the reason."""
     if trial.result is None:
         raise MalformedTrial("missing_result")
-    result = _read_json(trial.result, RESULT, "invalid_json_result", repairs)
+    result = _read_result(trial.result, repairs)
     if not isinstance(result, dict):
         raise MalformedTrial("invalid_json_result", "result.json is not an object")
     if MAIN_TRAJECTORY not in trial.files:
