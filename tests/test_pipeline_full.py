@@ -14,28 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlkeep.registry import register_base_model
 from rlkeep.storage import open_store
 from tests.conftest import run_snakemake, seed_example
-from tests.support.hub import hub_env, hub_server, stored_blobs  # noqa: F401 - fixture
+from tests.support.hub import hub_server, stored_blobs  # noqa: F401 - fixture
+from tests.support.publishing import env_for, publish_overrides
 
 JOB = "rl-demo"
-
-
-def publish_overrides(bucket: str, data_root: Path) -> dict:
-    registry = f"sqlite:///{data_root / 'registry.db'}"
-    register_base_model(registry, hub_id="demo/tiny-qwen3-base", owner="demo")
-    return {
-        "base_model": "demo/tiny-qwen3-base",
-        "publish": {"model": f"demo/{JOB}", "traces": f"demo/{JOB}-traces", "private": True},
-        "register": {"authorized": True, "url": registry},
-        "archive": {"dest": f"s3://{bucket}/archives"},
-    }
-
-
-def env_for(hub) -> dict[str, str]:
-    return {key: value for key, value in hub_env(hub.url, hub.token).items()
-            if key.startswith("HF_") or key in {"RLKEEP_HUB_TOKEN"}}
 
 
 def archive_bytes(bucket: str) -> bytes:

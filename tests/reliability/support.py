@@ -1,8 +1,8 @@
 """Shared pieces of the reliability suite: full runs with publication, kill-able pipelines, a clean
 reference run, and the checks that say nothing was lost, half-written or leaked.
 
-The pattern of a full run with publication is tests/test_pipeline_full.py's (`publish_overrides`,
-`env_for`); everything here talks to the real servers the fixtures start (SeaweedFS, the Hub
+A full run with publication is built as tests/test_pipeline_full.py builds it
+(tests/support/publishing.py); everything here talks to the real servers the fixtures start (SeaweedFS, the Hub
 server, the Iris stand-in) through the real pipeline in a subprocess.
 """
 from __future__ import annotations
@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from rlkeep.devserver.hub import HubServer, RepoRef
-from rlkeep.registry import register_base_model
 from rlkeep.storage import open_store
 from tests.conftest import IrisStandin, run_snakemake, seed_example
-from tests.support.hub import hub_env, new_token, running_hub
+from tests.support.hub import new_token, running_hub
+from tests.support.publishing import env_for, publish_overrides  # noqa: F401 - used by the suite
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = "rl-demo"
@@ -38,26 +38,7 @@ SOAK = os.environ.get("RLKEEP_SOAK") == "1"
 TEMP_MARKERS = (".part", ".tmp-", ".partial", ".example-tmp-")
 
 
-# --------------------------------------------------------------------------- records and environment
-
-
-def publish_overrides(bucket: str, data_root: Path, job: str = JOB) -> dict[str, Any]:
-    """Record fields for a run that publishes, registers and archives (test_pipeline_full's pattern)."""
-    registry = f"sqlite:///{data_root / 'registry.db'}"
-    if not (data_root / "registry.db").exists():
-        register_base_model(registry, hub_id="demo/tiny-qwen3-base", owner="demo")
-    return {
-        "base_model": "demo/tiny-qwen3-base",
-        "publish": {"model": f"demo/{job}", "traces": f"demo/{job}-traces", "private": True},
-        "register": {"authorized": True, "url": registry},
-        "archive": {"dest": f"s3://{bucket}/archives"},
-    }
-
-
-def env_for(hub: HubServer) -> dict[str, str]:
-    """The Hub part of a Snakemake subprocess environment (endpoint, token, Xet off)."""
-    return {key: value for key, value in hub_env(hub.url, hub.token).items()
-            if key.startswith("HF_") or key in {"RLKEEP_HUB_TOKEN"}}
+# --------------------------------------------------------------------------- running the pipeline
 
 
 def snakemake_command(*targets: str, extra: tuple[str, ...] = (), config: tuple[str, ...] = (),
