@@ -904,9 +904,7 @@ class _Writer:
         if shard.reuse is not None:
             _link_or_copy(shard.reuse, target)
             self.reused.append(f"{shard.name} <- {shard.reuse}")
-            hasher = self._hash_behind(target)
-            hasher.advance(target.stat().st_size)
-            hasher.close()
+            self.digests[shard.name] = self.pool.submit(_sha256_file, target)  # complete: nothing to trail
             self._syncs.append(self._syncer.submit(_fsync_path, target))  # a link shares the source's pages
             return
         header = encode_safetensors_header([(t.name, t.dtype, t.shape, t.nbytes) for t in shard.tensors])
