@@ -506,3 +506,35 @@ def test_record_region_fields_are_validated_naming_the_field(tmp_path: Path) -> 
     record = validate_record_data({**base, "store_region": "us-east-02a",
                                    "archive": {"dest": "s3://bkt/a", "region": "eu-west-1"}}, path)
     assert record.store_region == "us-east-02a" and record.archive == {"dest": "s3://bkt/a", "region": "eu-west-1"}
+
+
+def test_pipeline_refuses_a_cross_region_archive_destination_until_allowed(tmp_path: Path, bucket: str, iris) -> None:
+    import json
+
+    from tests.conftest import run_snakemake, seed_example
+
+    data_root = tmp_path / "data"
+    (data_root / "records").mkdir(parents=True)
+    dest = f"s3://{bucket}/archives"
+    seed_example(data_root, bucket, iris, n_trials=12, record_overrides={
+        "store_region": "us-east-02a", "archive": {"dest": dest, "region": "eu-west-1"}})
+    result = run_snakemake(data_root, "rl-demo/verify/archive.json")
+    assert result.returncode != 0
+    assert list(open_store(dest).list()) == []  # nothing reached the destination
+    assert (data_root / "rl-demo/archive/MANIFEST").is_file()  # the local archive is built all the same
+    status = json.loads((data_root / "rl-demo/STATUS.json").read_text())
+    assert status["steps"]["verify_archive"]["status"] == "blocked"
+    assert "crosses regions (us-east-02a -> eu-west-1)" in status["steps"]["verify_archive"]["reason"]
+    assert "--config allow_transfer=rl-demo" in status["steps"]["verify_archive"]["reason"]
+
+    result = run_snakemake(data_root, "rl-demo/verify/archive.json", config=("allow_transfer=another-job",))
+    assert result.returncode != 0 and list(open_store(dest).list()) == []
+
+    result = run_snakemake(data_root, "rl-demo/verify/archive.json", config=("allow_transfer=rl-demo",))
+    assert result.returncode == 0, result.stderr
+    sentinel = json.loads((data_root / "rl-demo/verify/archive.json").read_text())
+    assert sentinel["transfer"]["cross_region"] is True
+    assert sentinel["transfer"]["allowed_by"] == "--config allow_transfer=rl-demo"
+    assert {sentinel["transfer"]["source_region"]["source"], sentinel["transfer"]["dest_region"]["source"]} == {
+        "record field store_region", "record field archive.region"}
+    assert sorted(i.key for i in open_store(dest).list()) == ["rl-demo/MANIFEST", "rl-demo/rl-demo_archive.tgz"]
