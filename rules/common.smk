@@ -170,6 +170,7 @@ def get_reclaim_inputs(wildcards):
     kind = get_kind(job)
     inputs = {name: f"{job}/verify/{name}.json" for name in kind.verify_sentinels}
     inputs["logs_manifest"] = f"{job}/sync/logs.manifest.json"
+    inputs["archive_manifest"] = f"{job}/archive/MANIFEST"  # reclaim.json says where each deleted object is kept
     if kind.trace_tree is not None:
         inputs["traces_manifest"] = f"{job}/sync/trace_jobs.manifest.json"
     return inputs
