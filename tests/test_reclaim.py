@@ -326,3 +326,17 @@ def test_an_object_preserved_nowhere_provable_stops_reclaim_before_any_delete(tm
                                           r"nothing was deleted"):
         reclaim_step(ctx)
     assert bucket_keys(bucket) == before and not ctx.outputs["reclaim"].exists()
+
+
+def test_a_later_rerun_without_authority_still_says_where_things_are_kept(tmp_path: Path, bucket: str) -> None:
+    from rlkeep.reclaim import reclaim_step
+
+    ctx, _ = reclaim_context(tmp_path, bucket)
+    reclaim_step(ctx)
+    first = json.loads(ctx.outputs["reclaim"].read_text())
+    ctx.outputs["reclaim"].unlink()  # Snakemake removes the output before rerunning the rule
+    ctx.settings["authorized"] = False
+    reclaim_step(ctx)
+    again = json.loads(ctx.outputs["reclaim"].read_text())
+    assert again["reason"] == "reclaimed by an earlier authorized invocation"
+    assert again["preserved"] == first["preserved"] and again["deleted_keys"] == first["deleted_keys"]

@@ -422,7 +422,12 @@ def reclaim_step(ctx: Any) -> None:
                                    required=required)
     if not act:
         if journal_path.is_file() and read_json(journal_path).get("finished"):
-            # an earlier invocation reclaimed under authority: keep saying so
+            # an earlier invocation reclaimed under authority: keep saying so, and where things are kept
+            earlier = journal_path.with_name("reclaim.json")
+            if earlier.is_file():
+                write_json(ctx.outputs["reclaim"], {**read_json(earlier),
+                                                    "reason": "reclaimed by an earlier authorized invocation"})
+                return
             result = read_json(journal_path)
             write_json(ctx.outputs["reclaim"], {"status": "completed", "deleted_keys": result.get("deleted_keys", 0),
                                                 "deleted_bytes": result.get("deleted_bytes", 0),
@@ -453,13 +458,15 @@ def reclaim_step(ctx: Any) -> None:
     result = execute_reclaim(plan, journal_path)
     not_deleted = set(result["missing"]) | {item["key"] for item in result["kept_changed"]}
     deleted = [item for item in plan["objects"] if item["key"] not in not_deleted]
-    write_json(ctx.outputs["reclaim"], {
+    evidence = {
         "status": "completed", "authorized_by": f"--config reclaim_authorized={ctx.job}",
         "kind": ctx.record.kind, "plan": str(plan_path), "planned_keys": len(plan["objects"]),
         "planned_bytes": plan["bytes"], "kept_unpublished_weights": len(kept_weights), **result,
         "preserved": preservation(deleted, record=ctx.record, manifests=manifests, archive_entries=archive_entries,
                                   sentinels=sentinels),
-    })
+    }
+    write_json(journal_path.with_name("reclaim.json"), evidence)  # restated by a later unauthorized rerun
+    write_json(ctx.outputs["reclaim"], evidence)
 
 
 def _without(plan: dict[str, Any], keys: set[str]) -> dict[str, Any]:
