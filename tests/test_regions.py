@@ -60,3 +60,25 @@ def test_the_store_is_asked_only_when_there_is_something_to_compare_with(tmp_pat
     # SeaweedFS answers GetBucketLocation empty: unknown, never read as us-east-1
     assert known_local["source"] == Region(None, f"the record declares no store_region and GetBucketLocation of "
                                                  f"bucket {bucket} answered empty")
+
+
+def test_the_archive_copy_asks_the_store_only_when_the_destination_region_is_known() -> None:
+    from rlkeep.regions import store_to_archive
+
+    asked: list[str] = []
+
+    def ask(url: str) -> tuple[str | None, str]:
+        asked.append(url)
+        return ("eu-west-1", "GetBucketLocation of bucket archives") if "archives" in url else (None, "answered empty")
+
+    def record(**extra):
+        data = {"job": "rl-demo", "user": "demo", "scheduler": "none", "chain": ["/demo/rl-demo"],
+                "store": "s3://runs/iris/rl-demo", "checkpoint": {"interval": 20}, **extra}
+        return validate_record_data(data, Path("records/rl-demo.yaml"))
+
+    regions = store_to_archive(record(archive={"dest": "file:///srv/archives"}), ask=ask)
+    assert asked == [] and not regions["source"].known and not regions["dest"].known
+    regions = store_to_archive(record(archive={"dest": "s3://archives/rl"}, store_region="us-east-02a"), ask=ask)
+    assert asked == ["s3://archives/rl"]
+    assert regions == {"source": Region("us-east-02a", "record field store_region"),
+                       "dest": Region("eu-west-1", "GetBucketLocation of bucket archives")}

@@ -74,6 +74,17 @@ def store_to_local(ctx: Any) -> dict[str, Region]:
                                    "region is unknown too)"), "dest": local}
 
 
+def store_to_archive(record: Any, *, ask: BucketLookup = bucket_location) -> dict[str, Region]:
+    """check_transfer keywords for the archive copy: the archive is the run's data, so it leaves the
+    store's region when archive.dest is elsewhere. The store is asked for its location only when
+    the destination's region is known."""
+    dest = archive_dest_region(record, ask=ask)
+    if dest.known or record.store_region:
+        return {"source": store_region(record, ask=ask), "dest": dest}
+    return {"source": Region(None, "the record declares no store_region (not asked of the store: the "
+                                   "destination's region is unknown too)"), "dest": dest}
+
+
 def compare(source: Region, dest: Region) -> bool | None:
     """True: different known regions; False: the same; None: at least one is unknown."""
     if not (source.known and dest.known):
