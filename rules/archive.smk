@@ -30,7 +30,7 @@ rule verify_archive:
         net_io=1,
     params:
         run="rlkeep.archive:verify_archive_step",
-        settings=get_archive_settings,
+        settings=get_archive_transfer_settings,
     script:
         RUN_STEP
 

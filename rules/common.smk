@@ -106,6 +106,16 @@ def get_archive_settings(wildcards):
     return {"dest": (record.archive or {}).get("dest"), "kind": record.kind, **config["archive"]}
 
 
+def get_archive_transfer_settings(wildcards):
+    """The archive copy: its destination and the declared regions of both ends (CONTRACT.md section 6),
+    so declaring or changing a region re-checks the copy. The allowance itself is not a param: a
+    refused copy leaves no output, so rerunning with --config allow_transfer=<job> runs it."""
+    record = get_record(wildcards.job)
+    archive = record.archive or {}
+    return {**get_archive_settings(wildcards), "store_region": record.store_region,
+            "archive_region": archive.get("region")}
+
+
 def get_register_settings(wildcards):
     record = get_record(wildcards.job)
     return {"register": record.register, "base_model": record.base_model, "publish": record.publish}
@@ -160,6 +170,7 @@ def get_reclaim_inputs(wildcards):
     kind = get_kind(job)
     inputs = {name: f"{job}/verify/{name}.json" for name in kind.verify_sentinels}
     inputs["logs_manifest"] = f"{job}/sync/logs.manifest.json"
+    inputs["archive_manifest"] = f"{job}/archive/MANIFEST"  # reclaim.json says where each deleted object is kept
     if kind.trace_tree is not None:
         inputs["traces_manifest"] = f"{job}/sync/trace_jobs.manifest.json"
     return inputs

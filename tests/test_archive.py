@@ -401,3 +401,140 @@ def test_upload_to_a_file_destination(tmp_path: Path) -> None:
     result = upload_archive(tgz, manifest, f"file://{tmp_path}/dest", "rl-demo")
     assert (tmp_path / "dest/rl-demo/rl-demo_archive.tgz").read_bytes() == tgz.read_bytes()
     assert {o["key"] for o in result["objects"]} == {"rl-demo_archive.tgz", "MANIFEST"}
+
+
+# --------------------------------------------------------------------------- cross-region copy (real S3 server)
+
+
+def archive_step_context(root: Path, bucket: str, *, store_region: str | None, archive_region: str | None,
+                         config: dict | None = None):
+    from rlkeep.steps import StepContext
+
+    _, tgz, manifest = build(root)
+    archive = {"dest": f"s3://{bucket}/archives"} | ({"region": archive_region} if archive_region else {})
+    data = {"job": "rl-demo", "user": "demo", "scheduler": "iris", "cluster": "cw-test", "chain": ["/demo/rl-demo"],
+            "store": f"s3://{bucket}/iris/rl-demo", "checkpoint": {"interval": 20}, "archive": archive}
+    if store_region:
+        data["store_region"] = store_region
+    record = validate_record_data(data, root / "records" / "rl-demo.yaml")
+    return StepContext(job="rl-demo", record=record, data_root=root, inputs={"tgz": tgz, "manifest": manifest},
+                       outputs={"verify": root / "rl-demo" / "verify" / "archive.json"},
+                       settings={"dest": archive["dest"]}, config={"policy": {"max_transfer_bytes": 0}, **(config or {})})
+
+
+def test_a_cross_region_archive_copy_is_refused_without_the_allowance(tmp_path: Path, bucket: str) -> None:
+    from rlkeep.archive import verify_archive_step
+    from rlkeep.jsonio import read_json
+
+    ctx = archive_step_context(tmp_path, bucket, store_region="us-east-02a", archive_region="eu-west-1")
+    for config in ({}, {"allow_transfer": "another-job"}):
+        ctx.config.update(config)
+        with pytest.raises(RlkeepError, match=r"archive upload to s3://.*crosses regions \(us-east-02a -> eu-west-1\): "
+                                              r"source region from record field store_region, destination region "
+                                              r"from record field archive.region; nothing was transferred\. .*"
+                                              r"--config allow_transfer=rl-demo"):
+            verify_archive_step(ctx)
+        assert list(open_store(f"s3://{bucket}/archives").list()) == []
+        assert not ctx.outputs["verify"].exists()
+
+    ctx.config["allow_transfer"] = "rl-demo"
+    verify_archive_step(ctx)
+    sentinel = read_json(ctx.outputs["verify"])
+    assert sentinel["transfer"]["source_region"] == {"region": "us-east-02a", "source": "record field store_region"}
+    assert sentinel["transfer"]["dest_region"] == {"region": "eu-west-1", "source": "record field archive.region"}
+    assert sentinel["transfer"]["cross_region"] is True
+    assert sentinel["transfer"]["allowed_by"] == "--config allow_transfer=rl-demo"
+    assert sorted(i.key for i in open_store(f"s3://{bucket}/archives").list()) == [
+        "rl-demo/MANIFEST", "rl-demo/rl-demo_archive.tgz"]
+
+
+def test_a_same_region_archive_copy_needs_no_allowance(tmp_path: Path, bucket: str) -> None:
+    from rlkeep.archive import verify_archive_step
+    from rlkeep.jsonio import read_json
+
+    ctx = archive_step_context(tmp_path, bucket, store_region="us-east-02a", archive_region="us-east-02a")
+    verify_archive_step(ctx)
+    transfer = read_json(ctx.outputs["verify"])["transfer"]
+    assert transfer["cross_region"] is False and transfer["regions_compared"] is True and transfer["allowed_by"] is None
+
+
+def test_an_unknown_region_is_said_in_the_log_never_assumed(tmp_path: Path, bucket: str,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """SeaweedFS answers GetBucketLocation empty: the destination region is unknown, not us-east-1."""
+    from rlkeep.archive import verify_archive_step
+    from rlkeep.jsonio import read_json
+
+    ctx = archive_step_context(tmp_path, bucket, store_region="eu-west-1", archive_region=None)
+    with caplog.at_level("INFO", logger="rlkeep"):
+        verify_archive_step(ctx)
+    transfer = read_json(ctx.outputs["verify"])["transfer"]
+    assert transfer["regions_compared"] is False and transfer["cross_region"] is None
+    assert transfer["dest_region"] == {"region": None, "source": f"the record declares no archive.region and "
+                                                                 f"GetBucketLocation of bucket {bucket} answered empty"}
+    assert (f"archive upload to s3://{bucket}/archives: regions not compared: destination region unknown "
+            f"(the record declares no archive.region and GetBucketLocation of bucket {bucket} answered empty)") in caplog.text
+
+
+def test_region_sources_in_order_record_then_bucket_location_then_unknown() -> None:
+    from rlkeep.regions import Region, compare, declared_or_asked
+
+    asked: list[str] = []
+
+    def ask(url: str) -> tuple[str | None, str]:
+        asked.append(url)
+        return "eu-west-1", "GetBucketLocation of bucket b"
+
+    assert declared_or_asked("s3://b/p", "us-east-02a", "store_region", ask=ask) == Region("us-east-02a", "record field store_region")
+    assert asked == []  # a declared region is never second-guessed
+    assert declared_or_asked("s3://b/p", None, "store_region", ask=ask) == Region("eu-west-1", "GetBucketLocation of bucket b")
+    assert declared_or_asked("file:///srv/archive", None, "archive.region", ask=ask).name is None
+    assert declared_or_asked("hf://datasets/org/name", None, "archive.region", ask=ask).source == (
+        "the record declares no archive.region and the Hub reports no storage region")
+    assert asked == ["s3://b/p"]
+    assert compare(Region("us-east-1", "x"), Region("US-EAST-1", "y")) is False
+    assert compare(Region("us-east-1", "x"), Region(None, "y")) is None
+
+
+def test_record_region_fields_are_validated_naming_the_field(tmp_path: Path) -> None:
+    base = {"job": "rl-demo", "user": "demo", "scheduler": "none", "chain": ["/demo/rl-demo"],
+            "store": "s3://bucket/iris/rl-demo", "checkpoint": {"interval": 20}}
+    path = tmp_path / "rl-demo.yaml"
+    with pytest.raises(RlkeepError, match=r"rl-demo.yaml: field 'store_region' is \"us east\"; expected the store bucket's region"):
+        validate_record_data({**base, "store_region": "us east"}, path)
+    with pytest.raises(RlkeepError, match=r"field 'archive.region' is 7; expected the archive destination's region"):
+        validate_record_data({**base, "archive": {"dest": "s3://bkt/a", "region": 7}}, path)
+    record = validate_record_data({**base, "store_region": "us-east-02a",
+                                   "archive": {"dest": "s3://bkt/a", "region": "eu-west-1"}}, path)
+    assert record.store_region == "us-east-02a" and record.archive == {"dest": "s3://bkt/a", "region": "eu-west-1"}
+
+
+def test_pipeline_refuses_a_cross_region_archive_destination_until_allowed(tmp_path: Path, bucket: str, iris) -> None:
+    import json
+
+    from tests.conftest import run_snakemake, seed_example
+
+    data_root = tmp_path / "data"
+    (data_root / "records").mkdir(parents=True)
+    dest = f"s3://{bucket}/archives"
+    seed_example(data_root, bucket, iris, n_trials=12, record_overrides={
+        "store_region": "us-east-02a", "archive": {"dest": dest, "region": "eu-west-1"}})
+    result = run_snakemake(data_root, "rl-demo/verify/archive.json")
+    assert result.returncode != 0
+    assert list(open_store(dest).list()) == []  # nothing reached the destination
+    assert (data_root / "rl-demo/archive/MANIFEST").is_file()  # the local archive is built all the same
+    status = json.loads((data_root / "rl-demo/STATUS.json").read_text())
+    assert status["steps"]["verify_archive"]["status"] == "blocked"
+    assert "crosses regions (us-east-02a -> eu-west-1)" in status["steps"]["verify_archive"]["reason"]
+    assert "--config allow_transfer=rl-demo" in status["steps"]["verify_archive"]["reason"]
+
+    result = run_snakemake(data_root, "rl-demo/verify/archive.json", config=("allow_transfer=another-job",))
+    assert result.returncode != 0 and list(open_store(dest).list()) == []
+
+    result = run_snakemake(data_root, "rl-demo/verify/archive.json", config=("allow_transfer=rl-demo",))
+    assert result.returncode == 0, result.stderr
+    sentinel = json.loads((data_root / "rl-demo/verify/archive.json").read_text())
+    assert sentinel["transfer"]["cross_region"] is True
+    assert sentinel["transfer"]["allowed_by"] == "--config allow_transfer=rl-demo"
+    assert {sentinel["transfer"]["source_region"]["source"], sentinel["transfer"]["dest_region"]["source"]} == {
+        "record field store_region", "record field archive.region"}
+    assert sorted(i.key for i in open_store(dest).list()) == ["rl-demo/MANIFEST", "rl-demo/rl-demo_archive.tgz"]

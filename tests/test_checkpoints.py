@@ -407,3 +407,36 @@ def test_select_step_without_a_rule_is_blocked(run, tmp_path):
     with pytest.raises(BlockedError, match=r"step 20: fsdp, hf_export\n  step 40: fsdp, hf_export \(not eligible"):
         select_checkpoint_step(ctx)
     assert not ctx.outputs["selected"].exists()
+
+
+@pytest.mark.parametrize("kind", ["ema_max", "latest"])
+def test_declared_warm_up_makes_earlier_candidates_ineligible(kind):
+    rows = surface_rows({20: 0.9, 40: 0.1, 60: 0.2})
+    rule = {**(EMA_RULE if kind == "ema_max" else {"kind": "latest"}), "min_step": 40}
+    selected = select_checkpoint([make(20), make(40), make(60)], rule, rows, None)
+    # without the warm-up, ema_max would pick step 20 (EMA 0.9 then falling)
+    assert selected["step"] == (40 if kind == "ema_max" else 60)
+    assert selected["rule"]["min_step"] == 40
+    assert selected["warm_up"] == {"min_step": 40, "excluded": [20]}
+    by_step = {entry["step"]: entry for entry in selected["candidates_considered"]}
+    assert by_step[20]["eligible"] is False
+    assert by_step[20]["not_eligible"] == "before the declared warm-up (checkpoint.rule.min_step 40)"
+    assert by_step[40]["eligible"] and "not_eligible" not in by_step[40]
+    assert "checkpoints before it are not eligible (20)" in selected["rationale"]
+
+
+def test_no_warm_up_unless_declared():
+    selected = select_checkpoint([make(20), make(40)], EMA_RULE, surface_rows({20: 0.9, 40: 0.1}), None)
+    assert selected["step"] == 20 and selected["warm_up"] is None
+    assert all(entry["eligible"] for entry in selected["candidates_considered"])
+
+
+def test_warm_up_leaving_nothing_or_excluding_the_declared_step_is_a_clear_error():
+    with pytest.raises(RlkeepError, match=r"no complete checkpoint at or after the declared warm-up checkpoint.rule."
+                                          r"min_step 100; complete checkpoints:\n  step 20: fsdp \(not eligible: before "
+                                          r"the declared warm-up"):
+        select_checkpoint([make(20), make(40)], {"kind": "latest", "min_step": 100}, [], None)
+    with pytest.raises(RlkeepError, match=r"checkpoint.rule.step 20 is before the declared warm-up checkpoint.rule.min_step 40"):
+        select_checkpoint([make(20), make(40)], {"kind": "step", "step": 20, "min_step": 40}, [], None)
+    with pytest.raises(RlkeepError, match=r"checkpoint.rule.min_step must be a step number >= 1"):
+        select_checkpoint([make(20)], {"kind": "latest", "min_step": "40"}, [], None)

@@ -238,3 +238,105 @@ def test_reclaim_on_a_file_store_touches_only_planned_files(tmp_path: Path) -> N
     assert (result["deleted_keys"], result["deleted_bytes"], result["missing"]) == (2, 8, ["logs/gone.out"])
     left = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
     assert left == ["iris/rl-demo-r1/logs/x.out", "iris/rl-demo/late.txt"]
+
+
+# --------------------------------------------------------------------------- where every deleted object is preserved
+
+
+def reclaim_context(tmp_path: Path, bucket: str, *, archive_trees: tuple[str, ...] = ("logs", "trace_jobs")):
+    """A synced run on the real S3 server, its archive built and copied to s3://<bucket>/archives and
+    verified by the real verify step, and publication sentinels as the publish steps write them."""
+    from rlkeep.archive import build_archive, verify_archive_step
+
+    data = {"job": "rl-demo", "user": "demo", "scheduler": "none", "chain": ["/demo/rl-demo", "/demo/rl-demo-r1"],
+            "store": f"s3://{bucket}/iris/rl-demo", "checkpoint": {"interval": 20},
+            "archive": {"dest": f"s3://{bucket}/archives"}}
+    record = validate_record_data(data, tmp_path / "records" / "rl-demo.yaml")
+    tree = seed_run(open_store(record.store))
+    synced_manifests(tmp_path, record)
+    job = tmp_path / "rl-demo"
+    tars = {"logs": tmp_path / "sync/logs.tar", "trace_jobs": tmp_path / "sync/trace_jobs.tar"}
+    chain = job / "chain.json"
+    chain.parent.mkdir(parents=True, exist_ok=True)
+    chain.write_text("{}")
+    build_archive(job / "archive/rl-demo_archive.tgz", job / "archive/MANIFEST",
+                  sources=[(name, tars[name]) for name in archive_trees], extra_files=[("chain.json", chain)],
+                  summary={"run": "rl-demo", "jobs": list(record.chain)})
+    verify_archive_step(StepContext(
+        job="rl-demo", record=record, data_root=tmp_path,
+        inputs={"tgz": job / "archive/rl-demo_archive.tgz", "manifest": job / "archive/MANIFEST"},
+        outputs={"verify": job / "verify/archive.json"}, settings={"dest": data["archive"]["dest"]},
+        config={"policy": {"max_transfer_bytes": 0}}))
+    sentinels = {"model": {"status": "completed", "repo_id": "org/rl-demo", "commit": "a" * 40},
+                 "traces": {"status": "completed", "repo_id": "org/rl-demo-traces", "commit": "b" * 40}}
+    for name, sentinel in sentinels.items():
+        (job / f"verify/{name}.json").write_text(json.dumps(sentinel))
+    ctx = StepContext(
+        job="rl-demo", record=record, data_root=tmp_path,
+        inputs={"model": job / "verify/model.json", "traces": job / "verify/traces.json",
+                "archive": job / "verify/archive.json", "logs_manifest": tmp_path / "sync/logs.manifest.json",
+                "traces_manifest": tmp_path / "sync/trace_jobs.manifest.json",
+                "archive_manifest": job / "archive/MANIFEST"},
+        outputs={"reclaim": job / "reclaim.json"}, settings={"authorized": True})
+    return ctx, tree
+
+
+def test_reclaim_json_says_where_every_class_of_deleted_object_is_preserved(tmp_path: Path, bucket: str) -> None:
+    from rlkeep.reclaim import reclaim_step
+
+    ctx, tree = reclaim_context(tmp_path, bucket)
+    reclaim_step(ctx)
+    reclaim = json.loads(ctx.outputs["reclaim"].read_text())
+    archive = json.loads(ctx.inputs["archive"].read_text())
+    assert reclaim["status"] == "completed" and reclaim["deleted_keys"] == len(tree)
+    classes = {entry["class"]: entry for entry in reclaim["preserved"]}
+    assert sum(entry["keys"] for entry in classes.values()) == reclaim["deleted_keys"]
+    assert sum(entry["bytes"] for entry in classes.values()) == reclaim["deleted_bytes"]
+
+    logs = classes["logs_and_run_artifacts"]
+    assert logs["keys"] == 2 and logs["proof"] == "verify/archive.json"  # logs/rl-demo.out, logs/rl-demo-r1.out
+    copy = logs["preserved_in"]["archive"]
+    assert copy["sha256"] == archive["local"]["sha256"] and copy["member_prefix"] == "logs/store/"
+    assert {o["url"]: o["sha256"] for o in copy["remote"]} == {o["url"]: o["sha256"] for o in archive["remote"]["objects"]}
+
+    traces = classes["trace_trees"]
+    assert traces["keys"] == 24 and traces["proof"] == "verify/archive.json, verify/traces.json"
+    assert traces["preserved_in"]["trace_dataset"]["commit"] == "b" * 40
+    assert traces["preserved_in"]["archive"]["sha256"] == archive["local"]["sha256"]
+
+    weights = classes["checkpoints_and_weights"]
+    assert weights["keys"] == 4 and weights["proof"] == "verify/model.json"
+    assert weights["preserved_in"]["model"]["commit"] == "a" * 40
+
+    lost = classes["not_preserved"]  # the large pane the sync excluded: deleted, and said to be kept nowhere
+    assert lost["keys"] == 1 and lost["reasons"] == {"large_pane": 1} and lost["preserved_in"] is None
+
+
+def test_an_object_preserved_nowhere_provable_stops_reclaim_before_any_delete(tmp_path: Path, bucket: str) -> None:
+    from rlkeep.reclaim import reclaim_step
+
+    ctx, _ = reclaim_context(tmp_path, bucket)
+    # a later sync lists an object the (verified) archive was never built from
+    open_store(ctx.record.store).put_bytes("trace_jobs/task__0099/result.json", b'{"reward": 1}')
+    synced_manifests(tmp_path, ctx.record)
+    before = bucket_keys(bucket)
+    with pytest.raises(RlkeepError, match=r"reclaim: 1 planned object\(s\) are preserved nowhere rlkeep can prove: "
+                                          r"trace_jobs/task__0099/result.json \(archive member "
+                                          r"trace_jobs/task__0099/result.json is not in the archive MANIFEST\); "
+                                          r"nothing was deleted"):
+        reclaim_step(ctx)
+    assert bucket_keys(bucket) == before and not ctx.outputs["reclaim"].exists()
+
+
+def test_a_later_rerun_without_authority_still_says_where_things_are_kept(tmp_path: Path, bucket: str) -> None:
+    from rlkeep.reclaim import reclaim_step
+
+    ctx, _ = reclaim_context(tmp_path, bucket)
+    reclaim_step(ctx)
+    first = json.loads(ctx.outputs["reclaim"].read_text())
+    ctx.outputs["reclaim"].unlink()  # Snakemake removes the output before rerunning the rule
+    ctx.settings["authorized"] = False
+    reclaim_step(ctx)
+    again = json.loads(ctx.outputs["reclaim"].read_text())
+    assert again["reason"] == "reclaimed by an earlier authorized invocation"
+    assert again["preserved"] == first["preserved"] and again["deleted_keys"] == first["deleted_keys"]

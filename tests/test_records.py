@@ -116,3 +116,17 @@ def test_missing_record_file(tmp_path: Path) -> None:
 def test_non_mapping_record(tmp_path: Path) -> None:
     with pytest.raises(RecordError, match="expected a YAML mapping"):
         load_record(write(tmp_path, "- a\n- b\n"))
+
+
+def test_warm_up_min_step_is_optional_never_defaulted_and_checked(tmp_path: Path) -> None:
+    assert "min_step" not in load_record(write(tmp_path, GOOD)).selection_rule
+    data = copy.deepcopy(GOOD)
+    data["checkpoint"]["rule"]["min_step"] = 40
+    assert load_record(write(tmp_path, data)).selection_rule["min_step"] == 40
+    data["checkpoint"]["rule"] = {"kind": "latest", "min_step": 0}
+    with pytest.raises(RecordError, match=r"field 'checkpoint.rule.min_step' is 0; expected the declared warm-up"):
+        load_record(write(tmp_path, data))
+    data["checkpoint"]["rule"] = {"kind": "step", "step": 20, "min_step": 40}
+    with pytest.raises(RecordError, match=r"rl-qwen3-swe-v3.yaml: field 'checkpoint.rule.step' is 20, before the "
+                                          r"declared warm-up checkpoint.rule.min_step 40"):
+        load_record(write(tmp_path, data))

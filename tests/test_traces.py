@@ -559,3 +559,58 @@ def test_bad_options_are_refused_before_any_work(mixed_tree, tmp_path: Path) -> 
     with pytest.raises(RlkeepError, match="does not exist"):
         build(tmp_path / "missing", tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------------------- never delete what is not ours
+
+
+def test_stage_only_replaces_only_its_own_shards_and_keeps_every_other_file(mixed_tree, tmp_path: Path, capsys) -> None:
+    root, _ = mixed_tree
+    stage = tmp_path / "stage"
+    theirs = {"README.md": b"# my notes\n", ".gitattributes": b"*.parquet filter=lfs\n",
+              "data/validation-00000.parquet": b"PAR1 not ours", "data/train-00000.parquet.bak": b"backup",
+              "notes/inspect.ipynb": b"{}"}
+    for rel, data in theirs.items():
+        (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+        (stage / rel).write_bytes(data)
+    (stage / "data" / "train-00007.parquet").write_bytes(b"stale shard of an earlier export")
+    assert cli_main(["--job-dir", str(root), "--repo-id", "org/traces", "--stage-only", str(stage)]) == 0
+    captured = capsys.readouterr()
+    printed = json.loads(captured.out)
+    for rel, data in theirs.items():
+        assert (stage / rel).read_bytes() == data, rel
+    assert printed["kept_files"] == sorted(theirs)
+    assert f"rlkeep: kept {len(theirs)} file(s) in {stage} that this export did not write" in captured.err
+    assert not (stage / "data" / "train-00007.parquet").exists()  # a stale shard of ours is replaced
+    shards = sorted(p.name for p in (stage / "data").glob("train-*.parquet"))
+    assert shards == printed["shards"] and (stage / MANIFEST_NAME).is_file()
+
+    # under the coverage gate our shards are withdrawn; theirs still stay
+    with pytest.raises(CoverageError):
+        _under_gate(stage, tmp_path)
+    assert not list((stage / "data").glob("train-*.parquet")) and not (stage / MANIFEST_NAME).exists()
+    for rel, data in theirs.items():
+        assert (stage / rel).read_bytes() == data, rel
+
+
+def _under_gate(stage: Path, tmp_path: Path) -> None:
+    root = tmp_path / "gated"
+    _tree_with_setup_failures(root, good=9, failed=1)
+    build(root, stage)
+
+
+def test_something_not_ours_where_the_export_writes_stops_it_before_any_change(mixed_tree, tmp_path: Path) -> None:
+    root, _ = mixed_tree
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    (stage / "data").write_text("a file where the shard folder goes")
+    with pytest.raises(RlkeepError, match=r"data is not a folder; the export replaces only its own "
+                                          r"data/train-\*\.parquet shards and manifest"):
+        build(root, stage)
+    assert (stage / "data").read_text() == "a file where the shard folder goes"
+    (stage / "data").unlink()
+    (stage / "data" / "train-00000.parquet").mkdir(parents=True)
+    (stage / "data" / "train-00000.parquet" / "keep.txt").write_text("x")
+    with pytest.raises(RlkeepError, match=r"train-00000\.parquet is not a regular file"):
+        build(root, stage)
+    assert (stage / "data" / "train-00000.parquet" / "keep.txt").read_text() == "x"

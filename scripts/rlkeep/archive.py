@@ -686,12 +686,18 @@ def verify_archive_step(ctx: Any) -> None:
     from rlkeep.jsonio import write_json
     from rlkeep.steps import check_transfer
 
+    from rlkeep.regions import store_to_archive
+
     spec = ctx.record.spec
     local = verify_archive(ctx.inputs["tgz"], ctx.inputs["manifest"], expected_trees=list(spec.expected_archive_trees))
     dest = ctx.settings.get("dest")
     remote = None
+    transfer: dict[str, Any] | str = "not_applicable: the record names no archive.dest"
     if dest:
-        check_transfer(ctx, nbytes=ctx.inputs["tgz"].stat().st_size, what=f"archive upload to {dest}")
+        # The archive is the run's data: it leaves the store's region when archive.dest is elsewhere.
+        transfer = check_transfer(ctx, nbytes=ctx.inputs["tgz"].stat().st_size, what=f"archive upload to {dest}",
+                                  **store_to_archive(ctx.record))
         remote = upload_and_verify(ctx.inputs["tgz"], ctx.inputs["manifest"], dest, ctx.job)
     write_json(ctx.outputs["verify"], {"status": "completed", "kind": spec.name, "local": local, "dest": dest,
+                                       "transfer": transfer,
                                        "remote": remote if remote else "not_applicable: the record names no archive.dest"})

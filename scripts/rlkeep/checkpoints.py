@@ -376,17 +376,37 @@ RULE_EXAMPLE = """checkpoint:
     # step: 120              # with kind: step"""
 
 
-def _candidate_list(candidates: Sequence[Candidate], behavior_break_step: int | None = None) -> str:
+def _ineligible_reason(step: int, behavior_break_step: int | None, min_step: int | None) -> str | None:
+    if min_step is not None and step < min_step:
+        return f"before the declared warm-up (checkpoint.rule.min_step {min_step})"
+    if behavior_break_step is not None and step >= behavior_break_step:
+        return "at or after the behavior break"
+    return None
+
+
+def _candidate_list(candidates: Sequence[Candidate], behavior_break_step: int | None = None,
+                    min_step: int | None = None) -> str:
     if not candidates:
         return "  (none)"
-    return "\n".join(
-        f"  step {c.step}: {', '.join(c.complete_sources)}"
-        + (" (not eligible: at or after the behavior break)" if behavior_break_step is not None
-           and c.step >= behavior_break_step else "")
-        for c in candidates)
+    lines = []
+    for c in candidates:
+        reason = _ineligible_reason(c.step, behavior_break_step, min_step)
+        lines.append(f"  step {c.step}: {', '.join(c.complete_sources)}" + (f" (not eligible: {reason})" if reason else ""))
+    return "\n".join(lines)
 
 
 def _validated_rule(rule: Mapping[str, Any]) -> dict[str, Any]:
+    normalized = _validated_rule_kind(rule)
+    if "min_step" in rule:
+        min_step = rule["min_step"]
+        if isinstance(min_step, bool) or not isinstance(min_step, int) or min_step < 1:
+            raise CheckpointError(f"checkpoint.rule.min_step must be a step number >= 1 (the declared warm-up), "
+                                  f"got {min_step!r}")
+        normalized["min_step"] = min_step
+    return normalized
+
+
+def _validated_rule_kind(rule: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(rule, Mapping):
         raise CheckpointError(f"checkpoint.rule must be a mapping, got {type(rule).__name__}")
     kind = rule.get("kind")
@@ -472,8 +492,27 @@ def select_checkpoint(candidates: Sequence[Candidate | Mapping[str, Any]], rule:
             f"{RULE_EXAMPLE}")
     normalized = _validated_rule(rule)
     kind = normalized["kind"]
+    min_step = normalized.get("min_step")  # the declared warm-up; never defaulted
+    warm_up_info: dict[str, Any] | None = None
+    warm_up_sentence = ""
+    if min_step is not None:
+        warm_up = [c.step for c in eligible if c.step < min_step]
+        eligible = [c for c in eligible if c.step >= min_step]
+        warm_up_info = {"min_step": min_step, "excluded": warm_up}
+        if not eligible:
+            raise CheckpointError(
+                f"no complete checkpoint at or after the declared warm-up checkpoint.rule.min_step {min_step}"
+                f"{' and before the behavior break at step ' + str(behavior_break_step) if break_info else ''}; "
+                f"complete checkpoints:\n{_candidate_list(complete, behavior_break_step, min_step)}")
+        warm_up_sentence = (f" Declared warm-up checkpoint.rule.min_step {min_step}: checkpoints before it are not "
+                            f"eligible ({', '.join(map(str, warm_up)) or 'none saved'}).")
     ema_values: dict[int, float] | None = None
-    considered = [{"step": c.step, "sources": c.complete_sources, "eligible": c in eligible} for c in complete]
+    considered = []
+    for c in complete:
+        entry: dict[str, Any] = {"step": c.step, "sources": c.complete_sources, "eligible": c in eligible}
+        if not entry["eligible"]:
+            entry["not_eligible"] = _ineligible_reason(c.step, behavior_break_step, min_step)
+        considered.append(entry)
 
     if kind == "step":
         wanted = normalized["step"]
@@ -483,6 +522,10 @@ def select_checkpoint(candidates: Sequence[Candidate | Mapping[str, Any]], rule:
             why = f" (saved but incomplete: {'; '.join(known.reasons)})" if known else " (no checkpoint saved at that step)"
             raise CheckpointError(f"checkpoint.rule.step {wanted} is not a complete saved checkpoint{why}; "
                                   f"valid candidates:\n{_candidate_list(complete)}")
+        if min_step is not None and wanted < min_step:
+            raise CheckpointError(
+                f"checkpoint.rule.step {wanted} is before the declared warm-up checkpoint.rule.min_step {min_step}; "
+                f"eligible candidates:\n{_candidate_list(eligible)}")
         if match not in eligible:
             raise CheckpointError(
                 f"checkpoint.rule.step {wanted} does not predate the behavior break at step {behavior_break_step} "
@@ -521,10 +564,11 @@ def select_checkpoint(candidates: Sequence[Candidate | Mapping[str, Any]], rule:
     return {
         "step": chosen.step,
         "rule": normalized,
-        "rationale": rationale + break_sentence,
+        "rationale": rationale + warm_up_sentence + break_sentence,
         "ema": ema_values,
         "candidates_considered": considered,
         "behavior_break": break_info,
+        "warm_up": warm_up_info,
         "sources": chosen.complete_sources,
     }
 

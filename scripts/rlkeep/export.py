@@ -1400,6 +1400,7 @@ def export_step(ctx: Any) -> None:
     """`<job>/model/` + `<job>/export.json`: detect the selected step's format from the store listing,
     download only what consolidation needs, consolidate to a flat verified model, record provenance."""
     from rlkeep.jsonio import read_json, write_json
+    from rlkeep.regions import store_to_local
     from rlkeep.steps import check_transfer
     from rlkeep.storage import open_store
 
@@ -1417,7 +1418,8 @@ def export_step(ctx: Any) -> None:
     prefix = prefixes[detection.source]
     sizes = listings[detection.source]
     needed = sorted(detection.needed_files)
-    check_transfer(ctx, nbytes=sum(sizes[name] for name in needed), what=f"checkpoint download from {record.store}/{prefix}")
+    check_transfer(ctx, nbytes=sum(sizes[name] for name in needed), what=f"checkpoint download from {record.store}/{prefix}",
+                   **store_to_local(ctx))
 
     src_dir = ctx.work_dir("export") / f"global_step_{step}-{detection.source}"
     # Resumable: a file already downloaded whole is kept, but only while the store still holds that

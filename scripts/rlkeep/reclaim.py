@@ -300,6 +300,106 @@ def execute_reclaim(
     return _result(journal, journal_path)
 
 
+# --------------------------------------------------------------------------- where each deleted object lives on
+
+
+LOGS_ARCHIVE_PREFIX = "logs/store/"  # sync_logs puts store objects at store/<key>; the archive under logs/
+
+
+def archive_member(item: dict[str, Any], record: Any) -> str | None:
+    """The archive member that holds a planned object (see sync_logs / sync_traces and archive_step)."""
+    if item.get("manifest") == "logs":
+        return LOGS_ARCHIVE_PREFIX + item["key"]
+    traces, tree = record.layout.get("traces"), record.spec.archive_tree
+    if item.get("manifest") == "traces" and traces and tree:
+        return f"{tree}/{item['key'][len(traces.strip('/')) + 1:]}"
+    return None
+
+
+def _weights_or_checkpoint(key: str, record: Any, sync_reason: str | None) -> bool:
+    prefixes = tuple(record.layout[name].strip("/") + "/" for name in ("ckpts", "exports") if name in record.layout)
+    return key.startswith(prefixes) or sync_reason == "excluded_weights"
+
+
+def _sync_skip_reasons(manifests: dict[str, dict[str, Any]], record: Any) -> dict[str, str]:
+    prefixes = {"logs": "", "traces": (record.layout.get("traces") or "").strip("/") + "/"}
+    return {prefixes[name] + item["key"]: str(item.get("reason")) for name, manifest in manifests.items()
+            for item in manifest.get("objects_skipped", []) if isinstance(item, dict) and "key" in item}
+
+
+def _archive_copy(archive_sentinel: dict[str, Any]) -> dict[str, Any]:
+    local = archive_sentinel.get("local") or {}
+    remote = archive_sentinel.get("remote")
+    copy: dict[str, Any] = {"tgz": local.get("tgz"), "sha256": local.get("sha256")}
+    if isinstance(remote, dict):
+        copy["remote"] = [{"url": o.get("url"), "sha256": o.get("sha256")} for o in remote.get("objects", [])]
+    else:
+        copy["remote"] = "none: the record names no archive.dest (the archive is local only)"
+    return copy
+
+
+def preservation(objects: list[dict[str, Any]], *, record: Any, manifests: dict[str, dict[str, Any]],
+                 archive_entries: dict[str, str | None], sentinels: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Where each class of planned object is preserved, with the sentinel that proves it.
+
+    archive_entries: archive MANIFEST member -> None (kept) or the reason it was left out.
+    Classes: run logs and artifacts (archive), trace trees (archive, plus the trace dataset's Hub
+    commit), checkpoints and weights (the published model's Hub commit; only deleted once that is
+    verified), and what the archive rule leaves out on purpose (not preserved, with the reason).
+    Raises RlkeepError for an object no class accounts for (it is then not deleted).
+    """
+    skip_reasons = _sync_skip_reasons(manifests, record)
+    classes: dict[str, dict[str, Any]] = {}
+    unaccounted: list[str] = []
+
+    def add(name: str, item: dict[str, Any], **fields: Any) -> None:
+        entry = classes.setdefault(name, {"class": name, "keys": 0, "bytes": 0, **fields})
+        entry["keys"] += 1
+        entry["bytes"] += item["size"]
+
+    archive_sentinel = sentinels.get("archive") or {}
+    model, traces = sentinels.get("model") or {}, sentinels.get("traces") or {}
+    for item in objects:
+        sync_reason = skip_reasons.get(item["key"])
+        member = archive_member(item, record)
+        if _weights_or_checkpoint(item["key"], record, sync_reason):
+            if model.get("status") != "completed":
+                unaccounted.append(f"{item['key']} (weights, and the model is not published and verified)")
+                continue
+            add("checkpoints_and_weights", item, preserved_in={"model": {
+                "repo_id": model.get("repo_id"), "commit": model.get("commit"),
+                "what": "the selected checkpoint exported as a flat model; optimizer states and other steps' "
+                        "weights are not kept"}}, proof="verify/model.json")
+        elif member is None or (sync_reason is None and member not in archive_entries):
+            unaccounted.append(f"{item['key']} (archive member {member} is not in the archive MANIFEST)")
+        elif sync_reason is not None or archive_entries[member] is not None:
+            # left out of the sync tar (sync_reason) or of the archive (archive rule) on purpose
+            reason = sync_reason or str(archive_entries[member])
+            entry = classes.setdefault("not_preserved", {
+                "class": "not_preserved", "keys": 0, "bytes": 0, "preserved_in": None, "reasons": {},
+                "why": "left out on purpose by the sync's exclusions or the archive rule (caches, core dumps, "
+                       "large terminal recordings): not informative"})
+            entry["keys"] += 1
+            entry["bytes"] += item["size"]
+            entry["reasons"][reason] = entry["reasons"].get(reason, 0) + 1
+        elif item.get("manifest") == "traces":
+            preserved: dict[str, Any] = {"archive": {**_archive_copy(archive_sentinel), "member_prefix": f"{record.spec.archive_tree}/"}}
+            if traces.get("status") == "completed":
+                preserved["trace_dataset"] = {"repo_id": traces.get("repo_id"), "commit": traces.get("commit"),
+                                              "what": "dataset rows rebuilt from these trials"}
+            add("trace_trees", item, preserved_in=preserved,
+                proof="verify/archive.json" + (", verify/traces.json" if "trace_dataset" in preserved else ""))
+        else:
+            add("logs_and_run_artifacts", item, preserved_in={"archive": {**_archive_copy(archive_sentinel),
+                                                                          "member_prefix": LOGS_ARCHIVE_PREFIX}},
+                proof="verify/archive.json")
+    if unaccounted:
+        shown = ", ".join(unaccounted[:10]) + (f" and {len(unaccounted) - 10} more" if len(unaccounted) > 10 else "")
+        raise RlkeepError(f"reclaim: {len(unaccounted)} planned object(s) are preserved nowhere rlkeep can prove: "
+                          f"{shown}; nothing was deleted (rebuild the archive from the current sync, then rerun)")
+    return [classes[name] for name in sorted(classes)]
+
+
 # --------------------------------------------------------------------------- pipeline step
 
 
@@ -322,7 +422,12 @@ def reclaim_step(ctx: Any) -> None:
                                    required=required)
     if not act:
         if journal_path.is_file() and read_json(journal_path).get("finished"):
-            # an earlier invocation reclaimed under authority: keep saying so
+            # an earlier invocation reclaimed under authority: keep saying so, and where things are kept
+            earlier = journal_path.with_name("reclaim.json")
+            if earlier.is_file():
+                write_json(ctx.outputs["reclaim"], {**read_json(earlier),
+                                                    "reason": "reclaimed by an earlier authorized invocation"})
+                return
             result = read_json(journal_path)
             write_json(ctx.outputs["reclaim"], {"status": "completed", "deleted_keys": result.get("deleted_keys", 0),
                                                 "deleted_bytes": result.get("deleted_bytes", 0),
@@ -342,14 +447,26 @@ def reclaim_step(ctx: Any) -> None:
         kept_weights = [o for o in plan["objects"]
                         if o["key"].startswith(weight_prefixes) or is_weight_or_dump(o["key"]) == "excluded_weights"]
         plan = _without(plan, {o["key"] for o in kept_weights})
+    from rlkeep.archive import iter_manifest_entries
+
+    archive_entries = {entry.member: entry.reason for entry in iter_manifest_entries(ctx.inputs["archive_manifest"])}
+    # every planned object must be preserved somewhere provable (or left out on purpose) before any delete
+    preservation(plan["objects"], record=ctx.record, manifests=manifests, archive_entries=archive_entries,
+                 sentinels=sentinels)
     plan_path = ctx.work_dir("reclaim") / "plan.json"
     write_json(plan_path, plan)  # the plan is written before anything is deleted
     result = execute_reclaim(plan, journal_path)
-    write_json(ctx.outputs["reclaim"], {
+    not_deleted = set(result["missing"]) | {item["key"] for item in result["kept_changed"]}
+    deleted = [item for item in plan["objects"] if item["key"] not in not_deleted]
+    evidence = {
         "status": "completed", "authorized_by": f"--config reclaim_authorized={ctx.job}",
         "kind": ctx.record.kind, "plan": str(plan_path), "planned_keys": len(plan["objects"]),
         "planned_bytes": plan["bytes"], "kept_unpublished_weights": len(kept_weights), **result,
-    })
+        "preserved": preservation(deleted, record=ctx.record, manifests=manifests, archive_entries=archive_entries,
+                                  sentinels=sentinels),
+    }
+    write_json(journal_path.with_name("reclaim.json"), evidence)  # restated by a later unauthorized rerun
+    write_json(ctx.outputs["reclaim"], evidence)
 
 
 def _without(plan: dict[str, Any], keys: set[str]) -> dict[str, Any]:

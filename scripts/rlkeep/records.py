@@ -40,6 +40,9 @@ _EXPECTED_BY_FIELD = {
     "publish.traces": "a Hub dataset id like org/name",
     "tracker_url": "an http(s) URL",
     "checkpoint.rule.kind": "one of: ema_max, latest, step",
+    "checkpoint.rule.min_step": "the declared warm-up: an integer step >= 1; earlier checkpoints are not eligible",
+    "store_region": "the store bucket's region, e.g. us-east-02a (as the provider names it)",
+    "archive.region": "the archive destination's region, e.g. us-east-02a (as the provider names it)",
     "register.url": "sqlite:///path or postgresql://...",
 }
 
@@ -63,6 +66,7 @@ class JobRecord:
     register: dict[str, Any] | None = None
     archive: dict[str, Any] | None = None
     kind: str = DEFAULT_KIND
+    store_region: str | None = None  # declared; None: ask the store, else unknown (rlkeep.regions)
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -173,9 +177,12 @@ def validate_record_data(data: Any, path: Path) -> JobRecord:
                     raise RecordError(f"{path}: field 'checkpoint.rule.{needed}' is missing; expected it for rule kind ema_max")
         if kind == "step" and "step" not in rule:
             raise RecordError(f"{path}: field 'checkpoint.rule.step' is missing; expected the step number for rule kind step")
-        extra = set(rule) - {"kind"} - {"ema_max": {"metric", "alpha"}, "latest": set(), "step": {"step"}}[kind]
+        extra = set(rule) - {"kind", "min_step"} - {"ema_max": {"metric", "alpha"}, "latest": set(), "step": {"step"}}[kind]
         if extra:
             raise RecordError(f"{path}: unknown key {', '.join(map(repr, sorted(extra)))} in 'checkpoint.rule' for kind {kind}")
+        if kind == "step" and "min_step" in rule and rule["step"] < rule["min_step"]:
+            raise RecordError(f"{path}: field 'checkpoint.rule.step' is {rule['step']}, before the declared warm-up "
+                              f"checkpoint.rule.min_step {rule['min_step']}; expected a step at or after min_step")
 
     register = data.get("register")
     if register and register.get("authorized") and not register.get("url"):
@@ -200,6 +207,7 @@ def validate_record_data(data: Any, path: Path) -> JobRecord:
         register=dict(register) if register else None,
         archive=dict(data["archive"]) if data.get("archive") else None,
         kind=spec.name,
+        store_region=data.get("store_region"),
         raw=data,
     )
 

@@ -182,6 +182,9 @@ def build_completion_record(job_dir: Path, record: JobRecord) -> dict[str, Any]:
         if info["status"] not in {"completed", "not_applicable"}
     ]
     publish = record.publish or {}
+    from rlkeep.tracker import tracker_of
+
+    tracker_url, tracker_url_source = tracker_of(record, job_dir)  # the record's URL always wins
     return {
         "job": record.job,
         "kind": record.kind,
@@ -189,7 +192,8 @@ def build_completion_record(job_dir: Path, record: JobRecord) -> dict[str, Any]:
         "source_revision": {"run": run_source_revision(job_dir / "sync" / "logs.tar"), "rlkeep": rlkeep_revision()},
         "chain": [a["id"] for a in chain.get("attempts", [])],
         "retries_stopped": [s["id"] for s in retries.get("stopped", [])],
-        "tracker_url": record.tracker_url,
+        "tracker_url": tracker_url,
+        "tracker_url_source": tracker_url_source,
         "steps": {name: info["status"] for name, info in steps.items()},
         "checkpoint": {key: selected.get(key) for key in ("step", "rule", "rationale")} if selected else None,
         "export": {"format": export.get("format"), "source": export.get("source"),
@@ -218,7 +222,9 @@ def render_report(done: dict[str, Any]) -> str:
     lines.append(f"- Attempts: {', '.join(done.get('chain', []))}")
     if done.get("retries_stopped"):
         lines.append(f"- Pending retries stopped: {', '.join(done['retries_stopped'])}")
-    lines.append(f"- Tracker: {done.get('tracker_url') or 'none recorded'}")
+    source = done.get("tracker_url_source")
+    lines.append(f"- Tracker: {done.get('tracker_url') or 'none recorded'}" + (
+        f" (printed in the trainer log of attempt {source['attempt']}, line {source['line']})" if isinstance(source, dict) else ""))
     revision = done.get("source_revision", {})
     lines.append(f"- Source revision: run {revision.get('run')}, rlkeep {revision.get('rlkeep')}")
     checkpoint = done.get("checkpoint")

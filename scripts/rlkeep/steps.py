@@ -172,21 +172,44 @@ def settings_of(ctx: StepContext, key: str, default: Any) -> Any:
 
 
 def check_transfer(ctx: StepContext, *, nbytes: int, what: str, source_region: str | None = None,
-                   dest_region: str | None = None) -> None:
+                   dest_region: str | None = None, source: Any = None, dest: Any = None) -> dict[str, Any]:
     """Stop a large or cross-region transfer before it starts, unless this invocation allows it.
 
     The allowance is `--config allow_transfer=<job>` for exactly this job (CONTRACT.md section 6).
+    source/dest: rlkeep.regions.Region (a name and where it comes from); source_region/dest_region
+    are bare names for callers that have no source. A region that is unknown is said in the log,
+    never assumed. Returns the evidence for the step's sentinel: the regions compared and their
+    sources, and whether the allowance was used.
     """
-    if ctx.authorized("allow_transfer"):
-        return
+    from rlkeep.regions import Region, compare
+
+    source = source or Region(source_region, "given by the caller" if source_region else "not looked up for this transfer")
+    dest = dest or Region(dest_region, "given by the caller" if dest_region else "not looked up for this transfer")
+    crossing = compare(source, dest)
+    allowed = ctx.authorized("allow_transfer")
+    evidence: dict[str, Any] = {
+        "what": what, "bytes": nbytes, "source_region": source.to_json(), "dest_region": dest.to_json(),
+        "regions_compared": crossing is not None, "cross_region": crossing,
+        "allowed_by": f"--config allow_transfer={ctx.job}" if allowed else None,
+    }
+    if crossing is None:
+        unknown = [f"{end} region unknown ({region.source})" for end, region in (("source", source), ("destination", dest))
+                   if not region.known]
+        log.info("%s: regions not compared: %s", what, "; ".join(unknown))
+    else:
+        log.info("%s: source region %s, destination region %s: %s", what, source.describe(), dest.describe(),
+                 "crosses regions" if crossing else "same region")
+    if allowed:
+        return evidence
     limit = int(ctx.config.get("policy", {}).get("max_transfer_bytes", 0) or 0)
     if limit and nbytes > limit:
         raise RlkeepError(
             f"{what}: {nbytes:,} bytes is over policy.max_transfer_bytes = {limit:,}; nothing was transferred. "
             f"To allow it for this job only, rerun with --config allow_transfer={ctx.job}"
         )
-    if source_region and dest_region and source_region != dest_region:
+    if crossing:
         raise RlkeepError(
-            f"{what}: crosses regions ({source_region} -> {dest_region}); nothing was transferred. "
-            f"To allow it for this job only, rerun with --config allow_transfer={ctx.job}"
+            f"{what}: crosses regions ({source.name} -> {dest.name}): source region from {source.source}, "
+            f"destination region from {dest.source}; nothing was transferred. To allow it for this job only, rerun with --config allow_transfer={ctx.job}"
         )
+    return evidence

@@ -496,6 +496,25 @@ class S3Store:
         return deleted
 
 
+def bucket_location(url: str) -> tuple[str | None, str]:
+    """(region, how it was found) of an s3:// URL's bucket, asked of the store (GetBucketLocation).
+
+    An empty answer is not read as us-east-1 (AWS's convention) because other S3 servers, e.g.
+    SeaweedFS, answer empty too: the region is then unknown, and the text says why.
+    """
+    store = open_store(url)
+    if not isinstance(store, S3Store):
+        return None, f"{url}: not an s3:// store, it has no bucket location"
+    try:
+        response = s3_client().get_bucket_location(Bucket=store.bucket)
+    except Exception as error:  # noqa: BLE001 - any refusal leaves the region unknown, with the reason
+        return None, f"GetBucketLocation of bucket {store.bucket} failed: {_describe_error(error)}"
+    region = response.get("LocationConstraint")
+    if not isinstance(region, str) or not region.strip():
+        return None, f"GetBucketLocation of bucket {store.bucket} answered empty"
+    return region.strip(), f"GetBucketLocation of bucket {store.bucket}"
+
+
 # --------------------------------------------------------------------------- bulk reads
 
 

@@ -24,6 +24,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import write_json
+from rlkeep.regions import store_to_local
 from rlkeep.steps import check_transfer
 from rlkeep.storage import ObjectInfo, Store, fetch_in_order, open_store
 
@@ -247,7 +248,7 @@ def sync_traces(ctx: StepContext) -> None:
     if not listed:
         raise RlkeepError(f"{traces_url}: no trace objects under this prefix; check the record's store and layout.traces")
     log.info("%s: %d objects listed, %d to sync, %d excluded", traces_url, len(listed), len(chosen), len(skipped))
-    check_transfer(ctx, nbytes=sum(info.size for info in chosen), what=f"trace sync from {traces_url}")
+    check_transfer(ctx, nbytes=sum(info.size for info in chosen), what=f"trace sync from {traces_url}", **store_to_local(ctx))
 
     stats = TarStats(objects_skipped=skipped)
     with TarOutput(ctx.outputs["tar"]) as (tar, hasher):
@@ -355,7 +356,7 @@ def sync_logs(ctx: StepContext) -> None:
         else:
             skipped.append({"key": info.key, "size": info.size, "reason": reason})
 
-    check_transfer(ctx, nbytes=sum(info.size for info in chosen), what=f"log sync from {record.store}")
+    check_transfer(ctx, nbytes=sum(info.size for info in chosen), what=f"log sync from {record.store}", **store_to_local(ctx))
     stats = TarStats(objects_skipped=skipped)
     attempts = []
     with TarOutput(ctx.outputs["tar"]) as (tar, hasher):

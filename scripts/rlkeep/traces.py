@@ -54,6 +54,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tarfile
 import tempfile
 from collections import Counter
@@ -941,29 +942,71 @@ def _clear_stale_work_dirs(out_dir: Path) -> None:
             shutil.rmtree(stale, ignore_errors=True)
 
 
+SHARD_PATTERN = re.compile(r"train-\d+\.parquet")
+
+
+def _our_shards(data_dir: Path) -> list[Path]:
+    """The shard files an earlier export wrote (data/train-NNNNN.parquet): the only files in the
+    stage folder an export replaces or withdraws. Anything else there is the operator's and stays."""
+    if not data_dir.is_dir() or data_dir.is_symlink():
+        return []
+    return sorted(path for path in data_dir.iterdir() if SHARD_PATTERN.fullmatch(path.name))
+
+
+def check_stage_folder(out_dir: Path) -> None:
+    """Stop before building when something that is not ours sits where the export writes: a
+    non-folder at out_dir or data/, or a folder or link named like a shard or the manifest."""
+    problems = []
+    if out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
+        problems.append(f"{out_dir} is not a folder")
+    else:
+        data_dir = out_dir / DATA_DIR
+        if data_dir.is_symlink() or (data_dir.exists() and not data_dir.is_dir()):
+            problems.append(f"{data_dir} is not a folder")
+        for name in (MANIFEST_NAME, REJECTED_MANIFEST_NAME):
+            path = out_dir / name
+            if path.is_symlink() or (path.exists() and not path.is_file()):
+                problems.append(f"{path} is not a regular file")
+        problems += [f"{path} is not a regular file" for path in _our_shards(data_dir)
+                     if path.is_symlink() or not path.is_file()]
+    if problems:
+        raise RlkeepError(f"trace export into {out_dir}: {'; '.join(problems)}; the export replaces only its own "
+                          "data/train-*.parquet shards and manifest, so it leaves this as it is: move it aside and rerun")
+
+
+def foreign_files(out_dir: Path) -> list[str]:
+    """Files in the stage folder that this export did not write (kept as they were)."""
+    out_dir = Path(out_dir)
+    ours = {MANIFEST_NAME, REJECTED_MANIFEST_NAME} | {f"{DATA_DIR}/{p.name}" for p in _our_shards(out_dir / DATA_DIR)}
+    return sorted(rel for rel in (p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*") if not p.is_dir())
+                  if rel not in ours)
+
+
 def _install(work: Path, out_dir: Path) -> None:
-    """Swap the built data/ and manifest into out_dir. The manifest is the completion marker:
-    it goes first on the way out and last on the way in."""
+    """Put the built shards and manifest into out_dir, replacing only our earlier shards. The
+    manifest is the completion marker: it goes first on the way out and last on the way in."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
     (out_dir / REJECTED_MANIFEST_NAME).unlink(missing_ok=True)
-    old_data = out_dir / DATA_DIR
-    if old_data.is_symlink() or old_data.is_file():
-        old_data.unlink()
-    elif old_data.exists():
-        os.rename(old_data, work / "replaced-data")  # removed with the work dir
-    os.rename(work / DATA_DIR, old_data)
+    data_dir = out_dir / DATA_DIR
+    data_dir.mkdir(exist_ok=True)
+    for stale in _our_shards(data_dir):
+        stale.unlink()
+    for shard in sorted((work / DATA_DIR).iterdir()):
+        os.replace(shard, data_dir / shard.name)
     os.replace(work / MANIFEST_NAME, out_dir / MANIFEST_NAME)
 
 
 def _reject(out_dir: Path, manifest: dict[str, Any], message: str) -> None:
-    """A build under the gate: the previous export is withdrawn (it describes other input) and
-    the rejected manifest is kept beside it for inspection."""
+    """A build under the gate: the previous export's shards are withdrawn (they describe other
+    input) and the rejected manifest is kept beside them for inspection; other files stay."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
-    old_data = out_dir / DATA_DIR
-    if old_data.is_dir() and not old_data.is_symlink():
-        shutil.rmtree(old_data)
+    data_dir = out_dir / DATA_DIR
+    for stale in _our_shards(data_dir):
+        stale.unlink()
+    if data_dir.is_dir() and not data_dir.is_symlink() and not any(data_dir.iterdir()):
+        data_dir.rmdir()  # the folder our shards were in; kept when anything else is inside
     write_json(out_dir / REJECTED_MANIFEST_NAME, dict(manifest, status="rejected", reason=message))
 
 
@@ -1011,6 +1054,7 @@ def build_trace_dataset(source: Path, out_dir: Path, *, episodes: str = "last", 
     source, out_dir = Path(source), Path(out_dir).absolute()
     if not source.exists():
         raise RlkeepError(f"{source}: trace source does not exist")
+    check_stage_folder(out_dir)
     redactor = redactor if redactor is not None else _environment_redactor()
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -1111,8 +1155,12 @@ def cli_main(argv: list[str]) -> int:
                    trials_per_shard=args.trials_per_shard, source_sha256=args.source_sha256)
     if args.stage_only is not None:
         manifest = build_trace_dataset(args.job_dir, args.stage_only, **options)
+        kept = foreign_files(args.stage_only)
+        if kept:
+            print(f"rlkeep: kept {len(kept)} file(s) in {args.stage_only} that this export did not write: "
+                  f"{', '.join(kept[:10])}{' ...' if len(kept) > 10 else ''}", file=sys.stderr)
         print(dumps({"status": "staged", "stage": str(args.stage_only), "repo_id": args.repo_id,
-                     **_summary(manifest)}), end="")
+                     **_summary(manifest), "kept_files": kept}), end="")
         return 0
     stage_root = Path(tempfile.mkdtemp(prefix="rlkeep-traces-"))
     stage = stage_root / "traces"
