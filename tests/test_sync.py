@@ -200,13 +200,17 @@ def test_transfer_policy_stops_an_oversized_sync_unless_allowed_for_this_job(tmp
 
 
 def test_cross_region_transfer_needs_the_allowance() -> None:
+    from rlkeep.regions import Region
     from rlkeep.steps import check_transfer
+
+    def ends(source: str | None, dest: str) -> dict[str, Region]:
+        return {"source": Region(source, "test"), "dest": Region(dest, "test")}
 
     ctx = StepContext(job="j", record=None, data_root=Path("."), inputs={}, outputs={},  # type: ignore[arg-type]
                       config={"policy": {"max_transfer_bytes": 10**12}})
-    check_transfer(ctx, nbytes=10, what="x", source_region="us-east-02a", dest_region="us-east-02a")
-    check_transfer(ctx, nbytes=10, what="x", source_region=None, dest_region="us-west")
+    check_transfer(ctx, nbytes=10, what="x", **ends("us-east-02a", "us-east-02a"))
+    check_transfer(ctx, nbytes=10, what="x", **ends(None, "us-west"))
     with pytest.raises(RlkeepError, match=r"crosses regions \(us-east-02a -> rno2a\)"):
-        check_transfer(ctx, nbytes=10, what="x", source_region="us-east-02a", dest_region="rno2a")
+        check_transfer(ctx, nbytes=10, what="x", **ends("us-east-02a", "rno2a"))
     ctx.config["allow_transfer"] = "j"
-    check_transfer(ctx, nbytes=10, what="x", source_region="us-east-02a", dest_region="rno2a")
+    check_transfer(ctx, nbytes=10, what="x", **ends("us-east-02a", "rno2a"))

@@ -17,10 +17,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlkeep.errors import RlkeepError
 from rlkeep.records import JobRecord, load_record, record_path
+
+if TYPE_CHECKING:
+    from rlkeep.regions import Region
 
 log = logging.getLogger("rlkeep")
 
@@ -171,20 +174,19 @@ def settings_of(ctx: StepContext, key: str, default: Any) -> Any:
     return value
 
 
-def check_transfer(ctx: StepContext, *, nbytes: int, what: str, source_region: str | None = None,
-                   dest_region: str | None = None, source: Any = None, dest: Any = None) -> dict[str, Any]:
+def check_transfer(ctx: StepContext, *, nbytes: int, what: str, source: Region | None = None,
+                   dest: Region | None = None) -> dict[str, Any]:
     """Stop a large or cross-region transfer before it starts, unless this invocation allows it.
 
     The allowance is `--config allow_transfer=<job>` for exactly this job (CONTRACT.md section 6).
-    source/dest: rlkeep.regions.Region (a name and where it comes from); source_region/dest_region
-    are bare names for callers that have no source. A region that is unknown is said in the log,
-    never assumed. Returns the evidence for the step's sentinel: the regions compared and their
+    source/dest: where each end is and how that is known (rlkeep.regions); absent means not looked
+    up for this transfer. A region that is unknown is said in the log, never assumed. Returns the evidence for the step's sentinel: the regions compared and their
     sources, and whether the allowance was used.
     """
-    from rlkeep.regions import Region, compare
+    from rlkeep.regions import Region, compare  # regions -> storage: imported when a transfer is checked
 
-    source = source or Region(source_region, "given by the caller" if source_region else "not looked up for this transfer")
-    dest = dest or Region(dest_region, "given by the caller" if dest_region else "not looked up for this transfer")
+    source = source or Region(None, "not looked up for this transfer")
+    dest = dest or Region(None, "not looked up for this transfer")
     crossing = compare(source, dest)
     allowed = ctx.authorized("allow_transfer")
     evidence: dict[str, Any] = {
