@@ -36,6 +36,7 @@ STEPS: tuple[Step, ...] = (
          "fix the trace prefix or the skip policy named in the log, then rerun"),
     Step("list_checkpoints", "checkpoint/candidates.json", "make the store's ckpts/ and exports/ listable, then rerun"),
     Step("metric_surface", "metrics/metrics.csv", "fix the trainer log named in the log, then rerun"),
+    Step("trial_table", "metrics/trials.csv", "fix the trace tarball named in the log (rerun sync_traces), then rerun"),
     Step("select_checkpoint", "checkpoint/selected.json",
          "declare checkpoint.rule in the record (ema_max, latest or step) from the listed candidates, then rerun"),
     Step("export_model", "export.json",
