@@ -16,10 +16,11 @@ from tests.support.publishing import env_for, publish_overrides
 JOB = "rl-demo"
 
 
-def test_a_chain_with_two_dead_attempts_reaches_done(data_root: Path, bucket: str, iris) -> None:
-    run, record = seed_example(data_root, bucket, iris, dead_attempts=True)
+def test_a_chain_with_two_dead_attempts_reaches_done(data_root: Path, bucket: str, iris, hub_server) -> None:
+    run, record = seed_example(data_root, bucket, iris, dead_attempts=True,
+                               record_overrides=publish_overrides(bucket, data_root))
     assert run.dead_attempts == {"rl-demo-r1": "traceback", "rl-demo-r2": "empty"}
-    result = run_snakemake(data_root, f"{JOB}/DONE")
+    result = run_snakemake(data_root, f"{JOB}/DONE", env=env_for(hub_server))
     assert result.returncode == 0, result.stderr[-4000:]
     job = data_root / JOB
 
@@ -53,6 +54,7 @@ def test_a_chain_with_two_dead_attempts_reaches_done(data_root: Path, bucket: st
     assert [(a["attempt"], a["reason"], a["state"]) for a in done["attempts_without_metrics"]] == named
     assert done["checkpoint"]["step"] == expected
     assert all(status in {"completed", "not_applicable"} for status in done["steps"].values())
+    assert set(done["artifacts"].values()) == {"present"} and done["artifact_reasons"] == {}
     report = (job / "REPORT.md").read_text()
     assert "## Attempts without metrics" in report
     assert "| rl-demo-r1 | no_metric_blocks | failed |" in report and "| rl-demo-r2 | empty | failed | 0 | 0 |" in report
