@@ -24,6 +24,12 @@ header, so another actor's lines interleaved by Ray do not corrupt it.
 Chain order is the caller's order, never file-name order. When a later attempt logs step S,
 every row of earlier attempts at steps >= S is superseded (that branch died; surviving
 checkpoints descend from the later attempt) and kept in ``superseded.csv``.
+
+In the pipeline (``metric_surface_step``) an attempt whose log is readable but holds no metric
+block (0 bytes, or only a traceback: a bad node) is a dead attempt: it adds no rows, replaces
+nothing, and is named in ``attempts.json`` and ``report.md``. A malformed or truncated block,
+or a log missing from logs.tar, still stops the step. Per-trial rows come from the trace
+tarball in their own step (``trial_table_step``), so selection never waits on the traces.
 """
 from __future__ import annotations
 
