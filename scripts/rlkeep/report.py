@@ -7,6 +7,7 @@ rule ran and failed (its log ends with `rlkeep: <reason>`), else `pending`.
 """
 from __future__ import annotations
 
+import functools
 import subprocess
 import time
 from dataclasses import dataclass
@@ -97,6 +98,7 @@ def collect_steps(job_dir: Path, kind: str | None = None) -> dict[str, dict[str,
             {"status": "not_applicable", "reason": f"does not apply to a {spec.name} run"} for step in STEPS}
 
 
+@functools.lru_cache(maxsize=1)
 def rlkeep_revision() -> str:
     here = Path(__file__).resolve().parent
     try:
