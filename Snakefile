@@ -7,7 +7,8 @@
 #   <job>/chain.json, <job>/retries.json ............... rules/capture.smk
 #   <job>/sync/{logs,trace_jobs}.tar + .manifest.json .. rules/sync.smk
 #   <job>/checkpoint/candidates.json, selected.json .... rules/checkpoint.smk
-#   <job>/metrics/{metrics,trials}.csv, report.md, reward.png  rules/checkpoint.smk
+#   <job>/metrics/metrics.csv, report.md, reward.png ... rules/checkpoint.smk (metric_surface: logs)
+#   <job>/metrics/trials.csv, trials.md ............... rules/checkpoint.smk (trial_table: traces)
 #   <job>/model/, <job>/export.json ................... rules/export.smk
 #   <job>/stage/model/, verify/model.json ............. rules/publish.smk
 #   <job>/stage/traces/, verify/traces.json ........... rules/publish.smk

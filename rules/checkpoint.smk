@@ -1,5 +1,5 @@
-# The metric surface across the chain, then a checkpoint chosen only by the campaign's rule
-# (runbook step 2). Listing reads the mutable checkpoint folders: only after retries.json.
+# The metric surface across the chain (trainer logs only), then a checkpoint chosen only by the
+# campaign's rule (runbook step 2). Listing reads the mutable checkpoint folders: only after retries.json.
 
 
 rule list_checkpoints:
@@ -20,19 +20,37 @@ rule list_checkpoints:
 rule metric_surface:
     input:
         logs="{job}/sync/logs.tar",
-        traces="{job}/sync/trace_jobs.tar",
+        logs_manifest="{job}/sync/logs.manifest.json",
         candidates="{job}/checkpoint/candidates.json",
     output:
         metrics="{job}/metrics/metrics.csv",
         superseded="{job}/metrics/superseded.csv",
         eval="{job}/metrics/eval.csv",
-        trials="{job}/metrics/trials.csv",
+        attempts="{job}/metrics/attempts.json",
         report="{job}/metrics/report.md",
         plot="{job}/metrics/reward.png",
     log:
         "{job}/logs/metric_surface.log",
     params:
         run="rlkeep.metrics:metric_surface_step",
+    script:
+        RUN_STEP
+
+
+# Per-trial rows from the trace tarball, apart from the surface: selection and export never wait
+# on the trace sync.
+
+
+rule trial_table:
+    input:
+        traces="{job}/sync/trace_jobs.tar",
+    output:
+        trials="{job}/metrics/trials.csv",
+        report="{job}/metrics/trials.md",
+    log:
+        "{job}/logs/trial_table.log",
+    params:
+        run="rlkeep.metrics:trial_table_step",
     script:
         RUN_STEP
 

@@ -374,3 +374,24 @@ def test_the_smallest_run_still_plants_every_secret_and_the_continuation(tmp_pat
     assert len(list(run.root.glob("trace_jobs/*/agent/trajectory.cont-1.json"))) == 1
     assert run.steps_logged["rl-demo"][-1] > run.resumed_from["rl-demo-r1"] == run.complete_ckpt_steps[-1] == 20
     assert (run.root / "ckpts/latest_ckpt_global_step.txt").read_text() == "20"
+
+
+def test_dead_attempts_option_makes_a_chain_of_four_whose_training_is_unchanged(run: ExampleRun, tmp_path: Path) -> None:
+    dead = write_example_run(tmp_path / "dead", seed=7, dead_attempts=True, **SMALL)
+    assert dead.chain == ["/demo/rl-demo", "/demo/rl-demo-r1", "/demo/rl-demo-r2", "/demo/rl-demo-r3"]
+    assert dead.dead_attempts == {"rl-demo-r1": "traceback", "rl-demo-r2": "empty"}
+    assert dead.steps_logged["rl-demo-r1"] == dead.steps_logged["rl-demo-r2"] == []
+    assert dead.steps_logged["rl-demo"] == run.steps_logged["rl-demo"]
+    assert dead.steps_logged["rl-demo-r3"] == run.steps_logged["rl-demo-r1"]  # resumed as before, from the same save
+    assert dead.resumed_from == {"rl-demo-r3": run.resumed_from["rl-demo-r1"]}
+    assert dead.complete_ckpt_steps == run.complete_ckpt_steps and dead.final_step == run.final_step
+    assert (dead.root / "logs/rl-demo-r2.out").stat().st_size == 0
+    traceback = _text(dead, "logs/rl-demo-r1.out").splitlines()
+    assert traceback[0] == "Traceback (most recent call last):" and traceback[-1].startswith("RuntimeError: ")
+    assert all(line.startswith(("Traceback", "  ", "RuntimeError")) for line in traceback)  # nothing else
+    assert not (dead.root / "vllm/rl-demo-r1.log").exists() and not (dead.root / "metrics/rl-demo-r2.csv").exists()
+    jobs = iris_state(dead)["jobs"]
+    assert jobs["/demo/rl-demo-r2"]["log_lines"] == [] and len(jobs["/demo/rl-demo-r1"]["log_lines"]) == len(traceback)
+    assert [jobs[j]["state"] for j in dead.chain] == ["failed", "failed", "failed", "pending"]
+    again = write_example_run(tmp_path / "dead-again", seed=7, dead_attempts=True, **SMALL)
+    assert tree_digest(again.root) == tree_digest(dead.root)

@@ -40,7 +40,8 @@ def test_every_kind_names_real_steps_and_rl_runs_them_all() -> None:
         assert set(spec.steps) <= set(names), spec.name
         assert {"capture_chain", "sync_logs", "archive", "verify_archive", "reclaim"} <= set(spec.steps)
     assert list(spec_for("rl").steps) == names
-    assert not {"sync_traces", "metric_surface", "export_model", "publish_model", "publish_traces"} & set(spec_for("sft").steps)
+    assert not {"sync_traces", "metric_surface", "trial_table", "export_model", "publish_model",
+                "publish_traces"} & set(spec_for("sft").steps)
     assert spec_for("eval").trace_tree == "eval_jobs" and spec_for("eval").trial_depth == 2
     assert spec_for("sft").expected_archive_trees == ("logs/",)
     assert spec_for("datagen").verify_sentinels == ("traces", "archive")
@@ -214,8 +215,8 @@ def test_sft_on_a_file_store_with_slurm_reaches_done_and_reclaims_under_authorit
     plan = run_snakemake(data_root, f"{job}/DONE", extra=("-n",), env=env)
     assert plan.returncode == 0, plan.stderr[-3000:]
     planned = plan.stdout + plan.stderr
-    for absent in ("sync_traces", "metric_surface", "list_checkpoints", "export_model", "publish_model",
-                   "stage_traces", "register"):
+    for absent in ("sync_traces", "metric_surface", "trial_table", "list_checkpoints", "export_model",
+                   "publish_model", "stage_traces", "register"):
         assert f"rule {absent}:" not in planned and f"\n{absent} " not in planned, absent
 
     result = run_snakemake(data_root, f"{job}/DONE", env=env)
@@ -317,8 +318,8 @@ def test_eval_keeps_its_two_level_tree_and_skips_only_large_recordings(tmp_path:
     done = done_of(data_root, job)
     assert done["kind"] == "eval" and done["remaining_work"] == []
     assert {name for name, status in done["steps"].items() if status == "not_applicable"} >= {
-        "list_checkpoints", "metric_surface", "select_checkpoint", "export_model", "publish_model", "publish_traces",
-        "register"}
+        "list_checkpoints", "metric_surface", "trial_table", "select_checkpoint", "export_model", "publish_model",
+        "publish_traces", "register"}
     traces = json.loads((data_root / job / "sync" / "trace_jobs.manifest.json").read_text())
     assert traces["source"] == f"{store_url}/eval_jobs" and traces["trial_depth"] == 2
     assert traces["trials_started"] == run.trials_started and traces["trials_completed"] == run.trials_completed

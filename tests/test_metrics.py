@@ -361,7 +361,8 @@ def test_write_outputs_files_columns_and_deterministic_bytes(tmp_path):
     first, second = tmp_path / "one", tmp_path / "two"
     for out in (first, second):
         write_outputs(surface, trials, out, candidates=[2, 4], selected_step=4, behavior_break_step=6, job="rl-swe")
-    names = {"metrics.csv", "superseded.csv", "eval.csv", "trials.csv", "report.md", "reward.png"}
+    names = {"metrics.csv", "superseded.csv", "eval.csv", "attempts.json", "trials.csv", "trials.md", "report.md",
+             "reward.png"}
     assert {path.name for path in first.iterdir()} == names  # no temp files left behind
     for name in names - {"reward.png"}:
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
@@ -463,7 +464,7 @@ def add_member(tar, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-def test_metric_surface_step_reads_the_synced_tars_in_record_order(tmp_path, monkeypatch):
+def test_metric_surface_and_trial_table_steps_read_their_own_tars(tmp_path, monkeypatch):
     import tarfile
 
     from rlkeep import metrics
@@ -486,18 +487,109 @@ def test_metric_surface_step_reads_the_synced_tars_in_record_order(tmp_path, mon
         add_member(tar, "codecontests-77__Ab12Cd3/result.json", json.dumps(failed_result(), indent=4).encode())
     monkeypatch.setattr(metrics, "IN_MEMORY_RESULT_BYTES", 2000)  # the larger result.json goes through mmap
     out = tmp_path / job / "metrics"
-    ctx = StepContext(job=job, record=load_record(tmp_path / "records" / f"{job}.yaml"), data_root=tmp_path,
-                      inputs={"logs": logs, "traces": traces},
-                      outputs={name.split(".")[0]: out / name for name in metrics.OUTPUT_FILES})
-    metrics.metric_surface_step(ctx)
+    record = load_record(tmp_path / "records" / f"{job}.yaml")
+    surface = StepContext(job=job, record=record, data_root=tmp_path, inputs={"logs": logs},
+                          outputs={name.split(".")[0]: out / name for name in metrics.SURFACE_FILES})
+    metrics.metric_surface_step(surface)  # no trace tarball among its inputs, and it needs none
     rows = read_csv(out / "metrics.csv")
     assert [(r["global_step"], r["attempt"]) for r in rows] == [("1", f"{job}-r9"), ("2", f"{job}-r9"),
                                                               ("3", f"{job}-r10"), ("4", f"{job}-r10")]
+    report = (out / "report.md").read_text()
+    assert "Behavior break: step 4" in report and "See trials.md" in report
+    assert not (out / "trials.csv").exists()
+    assert json.loads((out / "attempts.json").read_text())["attempts_without_metrics"] == []
+
+    trial_ctx = StepContext(job=job, record=record, data_root=tmp_path, inputs={"traces": traces},
+                            outputs={"trials": out / "trials.csv", "report": out / "trials.md"})
+    metrics.trial_table_step(trial_ctx)
     trials = read_csv(out / "trials.csv")
     assert [(t["trial"], t["reward"], t["exception_type"]) for t in trials] == [
         ("codecontests-1234__Xk3pQ9a", "1.0", ""), ("codecontests-77__Ab12Cd3", "", "AgentTimeoutError")]
-    assert "Behavior break: step 4" in (out / "report.md").read_text()
-    assert list((tmp_path / job / ".work" / "metric_surface").iterdir()) == []  # the spilled copy is gone
+    assert "| AgentTimeoutError | 1 |" in (out / "trials.md").read_text()
+    assert list((tmp_path / job / ".work" / "trial_table").iterdir()) == []  # the spilled copy is gone
+
+
+def dead_chain_context(tmp_path, logs_by_attempt: dict[str, bytes], states: dict[str, str] | None = None):
+    """A record whose chain is logs_by_attempt's keys, logs.tar holding those logs, its manifest."""
+    import tarfile
+
+    from rlkeep import metrics
+    from rlkeep.records import load_record
+    from rlkeep.steps import StepContext
+    from rlkeep.sync import line_count
+
+    chain = "".join(f"  - /u/{slug}\n" for slug in logs_by_attempt)
+    (tmp_path / "rl-swe.yaml").write_text(
+        f"job: rl-swe\nuser: u\nscheduler: none\nchain:\n{chain}store: file://{tmp_path}/store\ncheckpoint:\n  interval: 2\n")
+    logs = tmp_path / "logs.tar"
+    with tarfile.open(logs, "w") as tar:
+        for slug, data in logs_by_attempt.items():
+            add_member(tar, f"attempts/{slug}/trainer.log", data)
+    manifest = tmp_path / "logs.manifest.json"
+    manifest.write_text(json.dumps({"attempts": [
+        {"attempt": slug, "state": (states or {}).get(slug), "bytes": len(data), "lines": line_count(data)}
+        for slug, data in logs_by_attempt.items()]}))
+    out = tmp_path / "rl-swe" / "metrics"
+    return StepContext(job="rl-swe", record=load_record(tmp_path / "rl-swe.yaml"), data_root=tmp_path,
+                       inputs={"logs": logs, "logs_manifest": manifest},
+                       outputs={name.split(".")[0]: out / name for name in metrics.SURFACE_FILES}), out
+
+
+TRACEBACK_ONLY = (b"Traceback (most recent call last):\n  File \"/app/main.py\", line 12, in <module>\n"
+                  b"    init_cuda()\nRuntimeError: CUDA error: uncorrectable ECC error encountered\n")
+
+
+def test_dead_attempts_are_named_and_add_no_rows(tmp_path):
+    from rlkeep import metrics
+
+    logs = {"rl-swe": "".join(wandb_line(s, 0.1 * s) for s in (1, 2, 3, 4)).encode(),
+            "rl-swe-r1": TRACEBACK_ONLY,
+            "rl-swe-r2": b"",
+            "rl-swe-r3": "".join(wandb_line(s, 0.5) for s in (3, 4, 5)).encode()}
+    ctx, out = dead_chain_context(tmp_path, logs, {"rl-swe": "failed", "rl-swe-r1": "failed", "rl-swe-r2": "killed",
+                                                   "rl-swe-r3": "succeeded"})
+    metrics.metric_surface_step(ctx)
+    rows = read_csv(out / "metrics.csv")
+    assert [(r["global_step"], r["attempt"]) for r in rows] == [
+        ("1", "rl-swe"), ("2", "rl-swe"), ("3", "rl-swe-r3"), ("4", "rl-swe-r3"), ("5", "rl-swe-r3")]
+    assert {r["attempt"] for r in read_csv(out / "superseded.csv")} == {"rl-swe"}  # the dead ones replace nothing
+    attempts = json.loads((out / "attempts.json").read_text())
+    assert attempts["chain"] == list(logs)
+    assert [(e["attempt"], e["reason"], e["state"], e["bytes"], e["lines"]) for e in attempts["attempts_without_metrics"]] == [
+        ("rl-swe-r1", "no_metric_blocks", "failed", len(TRACEBACK_ONLY), 4), ("rl-swe-r2", "empty", "killed", 0, 0)]
+    report = (out / "report.md").read_text()
+    assert "- Attempts (chain order): 4, 2 without metrics" in report
+    assert "| 2 | rl-swe-r1 | logs.tar:attempts/rl-swe-r1/trainer.log | none (no_metric_blocks) | none | 0 | - |" in report
+    assert "## Attempts without metrics" in report and "| rl-swe-r2 | empty | killed | 0 | 0 |" in report
+
+
+def test_a_chain_without_any_metrics_fails_naming_every_attempt(tmp_path):
+    from rlkeep import metrics
+
+    ctx, out = dead_chain_context(tmp_path, {"rl-swe": TRACEBACK_ONLY, "rl-swe-r1": b"\n"})
+    with pytest.raises(RlkeepError, match=r"no attempt of the chain logged metrics: rl-swe \(no_metric_blocks\), "
+                                          r"rl-swe-r1 \(empty\).*nothing to select"):
+        metrics.metric_surface_step(ctx)
+    assert not out.exists()
+
+
+def test_a_truncated_metric_block_still_blocks(tmp_path):
+    from rlkeep import metrics
+
+    good = "".join(wandb_line(s, 0.1) for s in (1, 2)).encode()
+    truncated = b"Step 3: \n{'policy/grad_norm': '0.1000',\n 'reward/avg_raw_reward': '0.2"
+    ctx, _ = dead_chain_context(tmp_path, {"rl-swe": good, "rl-swe-r1": truncated})
+    with pytest.raises(RlkeepError, match=r"rl-swe-r1/trainer\.log.*truncated"):
+        metrics.metric_surface_step(ctx)
+
+
+def test_an_unreadable_logs_tar_blocks_with_the_reason(tmp_path):
+    from rlkeep import metrics
+
+    ctx, _ = dead_chain_context(tmp_path, {"rl-swe": b"x" * 2000})
+    ctx.inputs["logs"].write_bytes(ctx.inputs["logs"].read_bytes()[:700])  # cut inside the member
+    with pytest.raises(RlkeepError, match=r"logs\.tar"):
+        metrics.metric_surface_step(ctx)
 
 
 def test_metric_surface_step_names_a_missing_attempt_log(tmp_path):
@@ -514,6 +606,6 @@ def test_metric_surface_step_names_a_missing_attempt_log(tmp_path):
     with tarfile.open(logs, "w") as tar:
         add_member(tar, "attempts/rl-swe/trainer.log", wandb_line(1, 0.5).encode())
     ctx = StepContext(job="rl-swe", record=load_record(tmp_path / "rl-swe.yaml"), data_root=tmp_path,
-                      inputs={"logs": logs, "traces": logs}, outputs={"metrics": tmp_path / "m" / "metrics.csv"})
+                      inputs={"logs": logs}, outputs={"metrics": tmp_path / "m" / "metrics.csv"})
     with pytest.raises(RlkeepError, match=r"logs\.tar: no attempts/rl-swe-r1/trainer\.log"):
         metrics.metric_surface_step(ctx)

@@ -214,3 +214,25 @@ def test_cross_region_transfer_needs_the_allowance() -> None:
         check_transfer(ctx, nbytes=10, what="x", **ends("us-east-02a", "rno2a"))
     ctx.config["allow_transfer"] = "j"
     check_transfer(ctx, nbytes=10, what="x", **ends("us-east-02a", "rno2a"))
+
+
+def test_an_empty_or_traceback_only_trainer_log_is_preserved_with_its_state(tmp_path: Path, bucket: str) -> None:
+    traceback = b"Traceback (most recent call last):\n  File \"main.py\", line 3\nRuntimeError: CUDA error\n"
+    store = open_store(f"s3://{bucket}/iris/rl-demo")
+    put_all(store, {"logs/rl-demo.out": b"", "logs/rl-demo-r1.out": traceback})
+    chain = tmp_path / "rl-demo/chain.json"
+    chain.parent.mkdir(parents=True)
+    chain.write_text(json.dumps({"status": "completed", "attempts": [
+        {"slug": "rl-demo", "id": "/demo/rl-demo", "state": "failed"},
+        {"slug": "rl-demo-r1", "id": "/demo/rl-demo-r1", "state": "killed"}]}))
+    ctx = context(tmp_path, bucket, outputs={"tar": tmp_path / "logs.tar", "manifest": tmp_path / "logs.manifest.json"})
+    ctx.inputs["chain"] = chain
+    sync_logs(ctx)
+    with tarfile.open(ctx.outputs["tar"]) as tar:
+        assert tar.getmember("attempts/rl-demo/trainer.log").size == 0
+        member = tar.extractfile("attempts/rl-demo-r1/trainer.log")
+        assert member is not None and member.read() == traceback
+    manifest = json.loads(ctx.outputs["manifest"].read_text())
+    assert [(a["attempt"], a["state"], a["bytes"], a["lines"], a["sha256"]) for a in manifest["attempts"]] == [
+        ("rl-demo", "failed", 0, 0, hashlib.sha256(b"").hexdigest()),
+        ("rl-demo-r1", "killed", len(traceback), 3, hashlib.sha256(traceback).hexdigest())]

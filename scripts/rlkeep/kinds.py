@@ -71,7 +71,7 @@ RL = KindSpec(
     name="rl",
     description="agentic RL (SkyRL + Harbor, Iris): the full cleanup runbook",
     steps=("capture_chain", "stop_retries", "sync_logs", "sync_traces", "list_checkpoints", "metric_surface",
-           "select_checkpoint", "export_model", "publish_model", "publish_traces", "register", "archive",
+           "trial_table", "select_checkpoint", "export_model", "publish_model", "publish_traces", "register", "archive",
            "verify_archive", "reclaim"),
     trace_tree="trace_jobs",
     trial_depth=1,

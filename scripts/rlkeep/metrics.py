@@ -24,6 +24,12 @@ header, so another actor's lines interleaved by Ray do not corrupt it.
 Chain order is the caller's order, never file-name order. When a later attempt logs step S,
 every row of earlier attempts at steps >= S is superseded (that branch died; surviving
 checkpoints descend from the later attempt) and kept in ``superseded.csv``.
+
+In the pipeline (``metric_surface_step``) an attempt whose log is readable but holds no metric
+block (0 bytes, or only a traceback: a bad node) is a dead attempt: it adds no rows, replaces
+nothing, and is named in ``attempts.json`` and ``report.md``. A malformed or truncated block,
+or a log missing from logs.tar, still stops the step. Per-trial rows come from the trace
+tarball in their own step (``trial_table_step``), so selection never waits on the traces.
 """
 from __future__ import annotations
 
@@ -62,6 +68,18 @@ MAX_PROBLEMS_SHOWN = 5
 
 class MetricsError(RlkeepError):
     """A trainer log, a result.json or a metric cannot be read as the surface needs it."""
+
+
+class NoMetricsError(MetricsError):
+    """A readable log that holds no metric block at all (reason `empty` or `no_metric_blocks`).
+
+    In a chain this is a dead attempt (a bad node: a traceback, or a pod that never wrote a
+    line): data for the record, not an error. Alone (the CLI, one log) it is still an error.
+    """
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 # --------------------------------------------------------------------------- line cleaning
@@ -222,12 +240,12 @@ class _Scanner:
         if self.carry:
             self.feed(b"", final=True)
         if not self.saw_text:
-            raise MetricsError(f"{self.source}: trainer log is empty")
+            raise NoMetricsError(f"{self.source}: trainer log is empty", "empty")
         chosen = next((name for name in SERIALIZATIONS if name in self.present), None)
         if chosen is None:
-            raise MetricsError(
+            raise NoMetricsError(
                 f"{self.source}: no metric blocks found (looked for WANDB_MIRROR lines, "
-                "'Step N:' console dicts, {'async/...} dicts and JSON lines with a step key)")
+                "'Step N:' console dicts, {'async/...} dicts and JSON lines with a step key)", "no_metric_blocks")
         problems = self.problems[chosen]
         if problems:
             shown = "; ".join(f"{self.source}:{line}: {message}" for line, message in problems[:MAX_PROBLEMS_SHOWN])
@@ -570,6 +588,22 @@ def detect_serialization(text: str, source: str = "<text>") -> str:
 
 # --------------------------------------------------------------------------- the surface
 
+@dataclass(frozen=True)
+class AttemptWithoutMetrics:
+    """An attempt whose readable log holds no metric block: preserved, named, no rows."""
+
+    attempt: str
+    source: str
+    reason: str  # empty | no_metric_blocks (NoMetricsError.reason)
+    state: str | None = None  # the scheduler's state in chain.json, as the logs manifest recorded it
+    bytes: int | None = None
+    lines: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"attempt": self.attempt, "reason": self.reason, "state": self.state, "bytes": self.bytes,
+                "lines": self.lines, "source": self.source}
+
+
 @dataclass
 class Surface:
     """rows: one per global step (sorted), keys global_step, attempt, source, line + metrics.
@@ -580,6 +614,8 @@ class Surface:
     superseded: list[dict[str, Any]]
     files: list[dict[str, Any]]
     eval_rows: list[dict[str, Any]] = field(default_factory=list)
+    without_metrics: list[AttemptWithoutMetrics] = field(default_factory=list)
+    chain: list[str] = field(default_factory=list)  # every attempt, in chain order (with and without metrics)
 
     def metric_names(self) -> list[str]:
         return _metric_columns(self.rows)
@@ -642,13 +678,23 @@ def _chain_rows(per_attempt: Sequence[tuple[str, str, list[dict[str, Any]]]], ki
     return [current[step] for step in sorted(current)], superseded
 
 
-def surface_from_parsed(logs: Sequence[tuple[str, ParsedLog]]) -> Surface:
-    """Build the surface from (attempt_slug, parsed log) pairs in chain order."""
+def surface_from_parsed(logs: Sequence[tuple[str, ParsedLog]],
+                        without_metrics: Sequence[AttemptWithoutMetrics] = (),
+                        chain: Sequence[str] | None = None) -> Surface:
+    """Build the surface from (attempt_slug, parsed log) pairs in chain order.
+
+    without_metrics: the chain's dead attempts (no rows, no supersession); chain: every
+    attempt in order, for the report (default: the attempts with metrics, then the others).
+    """
     seen: dict[str, str] = {}
-    for attempt, parsed in logs:
+    for attempt, source in [*((a, p.source) for a, p in logs), *((d.attempt, d.source) for d in without_metrics)]:
         if attempt in seen:
-            raise MetricsError(f"attempt {attempt!r} appears twice in the chain ({seen[attempt]} and {parsed.source})")
-        seen[attempt] = parsed.source
+            raise MetricsError(f"attempt {attempt!r} appears twice in the chain ({seen[attempt]} and {source})")
+        seen[attempt] = source
+    if not logs and without_metrics:
+        dead = ", ".join(f"{d.attempt} ({d.reason})" for d in without_metrics)
+        raise MetricsError(f"no attempt of the chain logged metrics: {dead}; the surface is empty, so there is "
+                           "nothing to select a checkpoint from (the logs are preserved in logs.tar)")
     rows, superseded = _chain_rows([(a, p.source, p.rows) for a, p in logs], "train")
     eval_rows, eval_superseded = _chain_rows([(a, p.source, p.eval_rows) for a, p in logs], "eval")
     files = [{
@@ -659,7 +705,9 @@ def surface_from_parsed(logs: Sequence[tuple[str, ParsedLog]]) -> Surface:
         "eval_rows": len(parsed.eval_rows),
         "ignored_blocks": parsed.ignored_blocks,
     } for attempt, parsed in logs]
-    return Surface(rows=rows, superseded=superseded + eval_superseded, files=files, eval_rows=eval_rows)
+    order = list(chain) if chain is not None else [*(a for a, _ in logs), *(d.attempt for d in without_metrics)]
+    return Surface(rows=rows, superseded=superseded + eval_superseded, files=files, eval_rows=eval_rows,
+                   without_metrics=list(without_metrics), chain=order)
 
 
 def build_surface(logs: Sequence[tuple[str, str, str]]) -> Surface:
@@ -987,27 +1035,89 @@ def _step_ranges(steps: Sequence[int]) -> str:
     return ", ".join(ranges)
 
 
-def report_markdown(surface: Surface, trials: Sequence[Mapping[str, Any]], *, job: str | None = None,
+def _attempt_table(surface: Surface) -> list[str]:
+    out = ["| # | attempt | log | serialization | steps | rows kept | other blocks ignored |",
+           "|---|---|---|---|---|---|---|"]
+    files = {info["attempt"]: info for info in surface.files}
+    dead = {info.attempt: info for info in surface.without_metrics}
+    for index, attempt in enumerate(surface.chain or list(files), start=1):
+        if attempt in dead:
+            info = dead[attempt]
+            out.append(f"| {index} | {attempt} | {info.source} | none ({info.reason}) | none | 0 | - |")
+            continue
+        info = files[attempt]
+        kept = sum(1 for row in surface.rows if row["attempt"] == attempt)
+        ignored = ", ".join(f"{k}: {n}" for k, n in info["ignored_blocks"].items()) or "-"
+        out.append(f"| {index} | {attempt} | {info['source']} | {info['serialization']} | "
+                   f"{_step_ranges(info['steps'])} | {kept} | {ignored} |")
+    return out
+
+
+def without_metrics_markdown(entries: Sequence[Mapping[str, Any]], heading: str = "##") -> list[str]:
+    """The section naming the attempts that logged no metrics (also used by REPORT.md)."""
+    if not entries:
+        return []
+    out = [f"{heading} Attempts without metrics", "",
+           "Preserved as they are in logs.tar (and listed in logs.manifest.json); they add no rows to the surface.", "",
+           "| attempt | reason | state | bytes | lines |", "|---|---|---|---|---|"]
+    out += [f"| {e['attempt']} | {e['reason']} | {e.get('state') or 'unknown'} | {e.get('bytes', '')} | "
+            f"{e.get('lines', '')} |" for e in entries]
+    return out + [""]
+
+
+def trial_markdown(trials: Sequence[Mapping[str, Any]], heading: str = "##") -> list[str]:
+    """Trial outcomes and per-phase trial times (from result.json files)."""
+    out = [f"{heading} Trial outcomes", ""]
+    valid = [t for t in trials if not t.get("error")]
+    malformed = Counter(str(t["error"]).split(":", 1)[0] for t in trials if t.get("error"))
+    if trials:
+        rewarded = [t for t in valid if isinstance(t.get("reward"), (int, float))]
+        successes = sum(1 for t in rewarded if t["reward"] > 0)
+        out.append(f"- result.json parsed: {len(valid)} of {len(trials)}")
+        if malformed:
+            out.append("- malformed result.json by reason: " + ", ".join(f"{k}: {n}" for k, n in sorted(malformed.items())))
+        out.append(f"- with a verifier reward: {len(rewarded)}; success (reward > 0): {successes} "
+                   f"= {100 * successes / max(1, len(valid)):.1f}% of parsed trials")
+        if rewarded:
+            out.append(f"- mean reward: {sum(t['reward'] for t in rewarded) / len(rewarded):.4f}")
+        exceptions = Counter(t.get("exception_type") or "none" for t in valid)
+        out += ["", "| exception type | trials |", "|---|---|"]
+        out += [f"| {name} | {count} |" for name, count in sorted(exceptions.items(), key=lambda kv: (-kv[1], kv[0]))]
+    else:
+        out.append("No trial results given.")
+    out.append("")
+    phases = ["trial_duration", *(f"{phase}_duration" for phase in PHASES)]
+    measured = {name: [t[name] for t in valid if isinstance(t.get(name), (int, float))] for name in phases}
+    if any(measured.values()):
+        out += [f"{heading} Trial times", "", "| trial phase | mean s | trials timed |", "|---|---|---|"]
+        for name in phases:
+            if measured[name]:
+                out.append(f"| {name.removesuffix('_duration')} | {sum(measured[name]) / len(measured[name]):.1f} | {len(measured[name])} |")
+        out.append("")
+    return out
+
+
+def report_markdown(surface: Surface, trials: Sequence[Mapping[str, Any]] | None, *, job: str | None = None,
                     candidates: Iterable[Any] | None = None, selected_step: int | None = None,
                     behavior_break_step: int | None = None, rows_in_table: int = 20) -> str:
+    """The readable report. trials None: the trial section is a pointer to trials.md (the
+    pipeline writes trial rows in their own step, so the surface never waits on the traces)."""
     out: list[str] = [f"# Metric report{': ' + job if job else ''}", ""]
     steps = surface.steps()
     out += ["## Overview", "",
-            f"- Attempts (chain order): {len(surface.files)}",
+            f"- Attempts (chain order): {len(surface.chain or surface.files)}"
+            + (f", {len(surface.without_metrics)} without metrics" if surface.without_metrics else ""),
             f"- Steps in the surface: {len(steps)} ({_step_ranges(steps)})",
             f"- Superseded rows (superseded.csv): {len(surface.superseded)}",
             f"- Eval rows (eval.csv): {len(surface.eval_rows)}",
-            f"- Trials (trials.csv): {len(trials)}", ""]
-    out += ["| # | attempt | log | serialization | steps | rows kept | other blocks ignored |",
-            "|---|---|---|---|---|---|---|"]
-    for index, info in enumerate(surface.files, start=1):
-        kept = sum(1 for row in surface.rows if row["attempt"] == info["attempt"])
-        ignored = ", ".join(f"{k}: {n}" for k, n in info["ignored_blocks"].items()) or "-"
-        out.append(f"| {index} | {info['attempt']} | {info['source']} | {info['serialization']} | "
-                   f"{_step_ranges(info['steps'])} | {kept} | {ignored} |")
+            f"- Trials (trials.csv): {len(trials)}" if trials is not None else
+            "- Trials: trials.csv and trials.md, written from the trace tarball by their own step", ""]
+    out += _attempt_table(surface)
     out.append("")
     out += ["A later attempt's rows replace every earlier row at or after its first step "
-            "(the earlier branch died; surviving checkpoints descend from the later attempt).", ""]
+            "(the earlier branch died; surviving checkpoints descend from the later attempt). "
+            "An attempt without metrics replaces nothing.", ""]
+    out += without_metrics_markdown([entry.to_json() for entry in surface.without_metrics])
 
     if candidates is not None or selected_step is not None or behavior_break_step is not None:
         out += ["## Checkpoints", ""]
@@ -1037,25 +1147,10 @@ def report_markdown(surface: Surface, trials: Sequence[Mapping[str, Any]], *, jo
         out.append("No key metrics (reward/, policy/, generate/, timing/step) in the surface.")
     out.append("")
 
-    out += ["## Trial outcomes", ""]
-    valid = [t for t in trials if not t.get("error")]
-    malformed = Counter(str(t["error"]).split(":", 1)[0] for t in trials if t.get("error"))
-    if trials:
-        rewarded = [t for t in valid if isinstance(t.get("reward"), (int, float))]
-        successes = sum(1 for t in rewarded if t["reward"] > 0)
-        out.append(f"- result.json parsed: {len(valid)} of {len(trials)}")
-        if malformed:
-            out.append("- malformed result.json by reason: " + ", ".join(f"{k}: {n}" for k, n in sorted(malformed.items())))
-        out.append(f"- with a verifier reward: {len(rewarded)}; success (reward > 0): {successes} "
-                   f"= {100 * successes / max(1, len(valid)):.1f}% of parsed trials")
-        if rewarded:
-            out.append(f"- mean reward: {sum(t['reward'] for t in rewarded) / len(rewarded):.4f}")
-        exceptions = Counter(t.get("exception_type") or "none" for t in valid)
-        out += ["", "| exception type | trials |", "|---|---|"]
-        out += [f"| {name} | {count} |" for name, count in sorted(exceptions.items(), key=lambda kv: (-kv[1], kv[0]))]
+    if trials is None:
+        out += ["## Trial outcomes", "", "See trials.md and trials.csv (per-trial rows from the trace tarball).", ""]
     else:
-        out.append("No trial results given.")
-    out.append("")
+        out += trial_markdown(trials)
 
     out += ["## Timing", ""]
     timing = [name for name in surface.metric_names() if name.startswith("timing/")]
@@ -1066,41 +1161,41 @@ def report_markdown(surface: Surface, trials: Sequence[Mapping[str, Any]], *, jo
             if values:
                 out.append(f"| {name} | {sum(v for _, v in values) / len(values):.1f} | {len(values)} |")
         out.append("")
-    phases = ["trial_duration", *(f"{phase}_duration" for phase in PHASES)]
-    measured = {name: [t[name] for t in valid if isinstance(t.get(name), (int, float))] for name in phases}
-    if any(measured.values()):
-        out += ["| trial phase | mean s | trials timed |", "|---|---|---|"]
-        for name in phases:
-            if measured[name]:
-                out.append(f"| {name.removesuffix('_duration')} | {sum(measured[name]) / len(measured[name]):.1f} | {len(measured[name])} |")
-        out.append("")
-    if not timing and not any(measured.values()):
-        out += ["No timing metrics or trial phase times.", ""]
+    else:
+        out += ["No timing metrics in the surface.", ""]
     return "\n".join(out)
 
 
-OUTPUT_FILES: tuple[str, ...] = ("metrics.csv", "superseded.csv", "eval.csv", "trials.csv", "report.md", "reward.png")
+def trials_markdown(trials: Sequence[Mapping[str, Any]], *, job: str | None = None, source: str | None = None) -> str:
+    """metrics/trials.md: the trial section of the report, written with trials.csv."""
+    out = [f"# Trial report{': ' + job if job else ''}", ""]
+    if source:
+        out += [f"From every <trial>/result.json in {source}; one row per trial in trials.csv.", ""]
+    return "\n".join(out + trial_markdown(trials))
 
 
-def write_outputs(surface: Surface, trials: Sequence[Mapping[str, Any]], out_dir: str | os.PathLike[str], *,
-                  candidates: Iterable[Any] | None = None, selected_step: int | None = None,
-                  behavior_break_step: int | None = None, job: str | None = None) -> dict[str, str]:
-    """Write metrics.csv, superseded.csv, eval.csv, trials.csv, report.md and reward.png.
+def attempts_json(surface: Surface) -> bytes:
+    """metrics/attempts.json: what each attempt of the chain gave the surface (the completion
+    record reads attempts_without_metrics from here)."""
+    files = {info["attempt"]: info for info in surface.files}
+    with_metrics = [{"attempt": attempt, "serialization": files[attempt]["serialization"],
+                     "steps": _step_ranges(files[attempt]["steps"]),
+                     "rows_kept": sum(1 for row in surface.rows if row["attempt"] == attempt)}
+                    for attempt in (surface.chain or list(files)) if attempt in files]
+    data = {"chain": surface.chain or list(files), "attempts_with_metrics": with_metrics,
+            "attempts_without_metrics": [entry.to_json() for entry in surface.without_metrics]}
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
-    Everything is rendered in memory first, then each file is written to a temp name and
-    renamed, so a failure leaves no partial output. Returns {file name: path}.
-    """
-    candidate_list = list(candidates) if candidates is not None else None
-    rendered = {
-        "metrics.csv": metrics_csv(surface),
-        "superseded.csv": superseded_csv(surface),
-        "eval.csv": eval_csv(surface),
-        "trials.csv": trials_csv(trials),
-        "report.md": report_markdown(surface, trials, job=job, candidates=candidate_list, selected_step=selected_step,
-                                     behavior_break_step=behavior_break_step).encode("utf-8"),
-        "reward.png": reward_png(surface, candidates=candidate_list, selected_step=selected_step,
-                                 behavior_break_step=behavior_break_step, job=job),
-    }
+
+# The metric surface's files (rule metric_surface: logs only) and the trial files (rule
+# trial_table: the trace tarball only); the CLI writes both.
+SURFACE_FILES: tuple[str, ...] = ("metrics.csv", "superseded.csv", "eval.csv", "attempts.json", "report.md", "reward.png")
+TRIAL_FILES: tuple[str, ...] = ("trials.csv", "trials.md")
+OUTPUT_FILES: tuple[str, ...] = SURFACE_FILES + TRIAL_FILES
+
+
+def _write_all(rendered: Mapping[str, bytes], out_dir: str | os.PathLike[str]) -> dict[str, str]:
+    """Each file to a temp name, then renamed: a failure before this leaves no partial output."""
     target = Path(out_dir)
     written: dict[str, str] = {}
     for name, data in rendered.items():
@@ -1109,31 +1204,89 @@ def write_outputs(surface: Surface, trials: Sequence[Mapping[str, Any]], out_dir
     return written
 
 
+def render_surface(surface: Surface, trials: Sequence[Mapping[str, Any]] | None, *,
+                   candidates: Iterable[Any] | None = None, selected_step: int | None = None,
+                   behavior_break_step: int | None = None, job: str | None = None) -> dict[str, bytes]:
+    candidate_list = list(candidates) if candidates is not None else None
+    return {
+        "metrics.csv": metrics_csv(surface),
+        "superseded.csv": superseded_csv(surface),
+        "eval.csv": eval_csv(surface),
+        "attempts.json": attempts_json(surface),
+        "report.md": report_markdown(surface, trials, job=job, candidates=candidate_list, selected_step=selected_step,
+                                     behavior_break_step=behavior_break_step).encode("utf-8"),
+        "reward.png": reward_png(surface, candidates=candidate_list, selected_step=selected_step,
+                                 behavior_break_step=behavior_break_step, job=job),
+    }
+
+
+def render_trials(trials: Sequence[Mapping[str, Any]], *, job: str | None = None,
+                  source: str | None = None) -> dict[str, bytes]:
+    return {"trials.csv": trials_csv(trials),
+            "trials.md": trials_markdown(trials, job=job, source=source).encode("utf-8")}
+
+
+def write_outputs(surface: Surface, trials: Sequence[Mapping[str, Any]] | None, out_dir: str | os.PathLike[str], *,
+                  candidates: Iterable[Any] | None = None, selected_step: int | None = None,
+                  behavior_break_step: int | None = None, job: str | None = None) -> dict[str, str]:
+    """Write SURFACE_FILES, and TRIAL_FILES when trials is given (the report then holds the
+    trial section too). Everything is rendered in memory first. Returns {file name: path}."""
+    rendered = render_surface(surface, trials, candidates=candidates, selected_step=selected_step,
+                              behavior_break_step=behavior_break_step, job=job)
+    if trials is not None:
+        rendered.update(render_trials(trials, job=job))
+    return _write_all(rendered, out_dir)
+
+
 # --------------------------------------------------------------------------- pipeline step
 
 TAR_READ_BYTES = 1 << 20
 IN_MEMORY_RESULT_BYTES = 32 << 20  # larger result.json files are spilled to disk and mapped
 
 
-def _tar_logs(tar_path: Path, attempts: Sequence[str]) -> list[tuple[str, ParsedLog]]:
+def _manifest_attempts(manifest: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
+    """logs.manifest.json's per-attempt entries (state, bytes, lines) by slug."""
+    entries = (manifest or {}).get("attempts") or []
+    return {str(e["attempt"]): e for e in entries if isinstance(e, Mapping) and e.get("attempt")}
+
+
+def _tar_logs(tar_path: Path, attempts: Sequence[str], manifest: Mapping[str, Any] | None = None
+              ) -> tuple[list[tuple[str, ParsedLog]], list[AttemptWithoutMetrics]]:
     """Every attempt's trainer log from logs.tar (members attempts/<slug>/trainer.log), parsed
-    as a stream, in the record's chain order."""
+    as a stream, in the record's chain order: (logs with metrics, attempts without metrics).
+
+    A readable log without any metric block is a dead attempt (kept apart, with its state from
+    the logs manifest); a missing member, an unreadable tar or a malformed/truncated block raises.
+    """
     import tarfile
 
-    parsed = []
-    with tarfile.open(tar_path, "r:") as tar:
-        for slug in attempts:
-            name = f"attempts/{slug}/trainer.log"
-            try:
-                handle = tar.extractfile(tar.getmember(name))
-            except KeyError:
-                handle = None
-            if handle is None:
-                raise MetricsError(f"{tar_path}: no {name}: the trainer log of attempt {slug} was not synced")
-            with handle:
-                chunks = iter(lambda: handle.read(TAR_READ_BYTES), b"")
-                parsed.append((slug, parse_log_stream(chunks, f"{tar_path.name}:{name}")))
-    return parsed
+    described = _manifest_attempts(manifest)
+    parsed: list[tuple[str, ParsedLog]] = []
+    dead: list[AttemptWithoutMetrics] = []
+    try:
+        with tarfile.open(tar_path, "r:") as tar:
+            for slug in attempts:
+                name = f"attempts/{slug}/trainer.log"
+                try:
+                    member = tar.getmember(name)
+                    handle = tar.extractfile(member)
+                except KeyError:
+                    handle = None
+                if handle is None:
+                    raise MetricsError(f"{tar_path}: no {name}: the trainer log of attempt {slug} was not synced")
+                source = f"{tar_path.name}:{name}"
+                with handle:
+                    chunks = iter(lambda: handle.read(TAR_READ_BYTES), b"")
+                    try:
+                        parsed.append((slug, parse_log_stream(chunks, source)))
+                    except NoMetricsError as error:
+                        entry = described.get(slug, {})
+                        dead.append(AttemptWithoutMetrics(
+                            attempt=slug, source=source, reason=error.reason, state=entry.get("state"),
+                            bytes=entry.get("bytes", member.size), lines=entry.get("lines")))
+    except (tarfile.TarError, OSError) as error:
+        raise MetricsError(f"{tar_path}: cannot read the logs tar ({error}); rerun sync_logs") from error
+    return parsed, dead
 
 
 def _tar_results(tar_path: Path, scratch: Path) -> Iterator[tuple[str, Any]]:
@@ -1163,24 +1316,41 @@ def _tar_results(tar_path: Path, scratch: Path) -> Iterator[tuple[str, Any]]:
 
 
 def metric_surface_step(ctx: Any) -> None:
-    """`<job>/metrics/`: the surface from every attempt's log in logs.tar (chain order from the
-    record), the trial table from trace_jobs.tar, the report and the plot."""
+    """`<job>/metrics/` surface files: every attempt's log in logs.tar (chain order from the
+    record), the report and the plot. Attempts whose log holds no metric block are named, not
+    fatal; the trace tarball is not read here (trial_table_step)."""
     from rlkeep.jsonio import read_json
 
-    parsed = _tar_logs(ctx.inputs["logs"], ctx.record.attempts)
-    surface = surface_from_parsed(parsed)
-    trials = trials_from_results(_tar_results(ctx.inputs["traces"], ctx.work_dir("metric_surface")))
+    manifest = read_json(ctx.inputs["logs_manifest"]) if "logs_manifest" in ctx.inputs else None
+    parsed, dead = _tar_logs(ctx.inputs["logs"], ctx.record.attempts, manifest)
+    surface = surface_from_parsed(parsed, dead, chain=ctx.record.attempts)
     candidates = read_json(ctx.inputs["candidates"]).get("candidates", []) if "candidates" in ctx.inputs else None
     out_dir = ctx.outputs["metrics"].parent
-    foreign = sorted(str(path) for path in ctx.outputs.values() if path.parent != out_dir or path.name not in OUTPUT_FILES)
-    if foreign:
-        raise MetricsError(f"metric_surface: outputs {foreign} are not among {', '.join(OUTPUT_FILES)} in {out_dir}")
-    write_outputs(surface, trials, out_dir, candidates=candidates,
-                  behavior_break_step=ctx.record.behavior_break_step, job=ctx.job)
+    _check_outputs(ctx, out_dir, SURFACE_FILES)
+    _write_all(render_surface(surface, None, candidates=candidates,
+                              behavior_break_step=ctx.record.behavior_break_step, job=ctx.job), out_dir)
     for info in surface.files:
         print(f"{info['source']}: {info['serialization']}, {len(info['steps'])} steps")
-    print(f"metrics: {len(surface.rows)} steps, {len(surface.superseded)} superseded rows, {len(trials)} trials "
-          f"({sum(1 for t in trials if t.get('error'))} malformed result.json)")
+    for entry in dead:
+        print(f"{entry.source}: no metrics ({entry.reason}; attempt state {entry.state or 'unknown'}): "
+              "preserved in logs.tar, no rows")
+    print(f"metrics: {len(surface.rows)} steps, {len(surface.superseded)} superseded rows, "
+          f"{len(dead)} attempts without metrics")
+
+
+def trial_table_step(ctx: Any) -> None:
+    """`<job>/metrics/trials.csv` + `trials.md`: one row per trial from trace_jobs.tar."""
+    out_dir = ctx.outputs["trials"].parent
+    _check_outputs(ctx, out_dir, TRIAL_FILES)
+    trials = trials_from_results(_tar_results(ctx.inputs["traces"], ctx.work_dir("trial_table")))
+    _write_all(render_trials(trials, job=ctx.job, source=ctx.inputs["traces"].name), out_dir)
+    print(f"trials: {len(trials)} ({sum(1 for t in trials if t.get('error'))} malformed result.json)")
+
+
+def _check_outputs(ctx: Any, out_dir: Path, names: Sequence[str]) -> None:
+    foreign = sorted(str(path) for path in ctx.outputs.values() if path.parent != out_dir or path.name not in names)
+    if foreign:
+        raise MetricsError(f"outputs {foreign} are not among {', '.join(names)} in {out_dir}")
 
 
 # --------------------------------------------------------------------------- CLI

@@ -7,6 +7,7 @@ rule ran and failed (its log ends with `rlkeep: <reason>`), else `pending`.
 """
 from __future__ import annotations
 
+import functools
 import subprocess
 import time
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ STEPS: tuple[Step, ...] = (
          "fix the trace prefix or the skip policy named in the log, then rerun"),
     Step("list_checkpoints", "checkpoint/candidates.json", "make the store's ckpts/ and exports/ listable, then rerun"),
     Step("metric_surface", "metrics/metrics.csv", "fix the trainer log named in the log, then rerun"),
+    Step("trial_table", "metrics/trials.csv", "fix the trace tarball named in the log (rerun sync_traces), then rerun"),
     Step("select_checkpoint", "checkpoint/selected.json",
          "declare checkpoint.rule in the record (ema_max, latest or step) from the listed candidates, then rerun"),
     Step("export_model", "export.json",
@@ -96,6 +98,7 @@ def collect_steps(job_dir: Path, kind: str | None = None) -> dict[str, dict[str,
             {"status": "not_applicable", "reason": f"does not apply to a {spec.name} run"} for step in STEPS}
 
 
+@functools.lru_cache(maxsize=1)
 def rlkeep_revision() -> str:
     here = Path(__file__).resolve().parent
     try:
@@ -145,30 +148,103 @@ def run_source_revision(logs_tar: Path) -> str:
     return "not recorded"
 
 
-def model_artifacts(job_dir: Path, record: JobRecord) -> dict[str, str]:
-    """present | absent | not_applicable for each required model artifact (runbook completion record)."""
+ARTIFACTS: tuple[str, ...] = ("weights", "tokenizer_configuration", "training_logs", "training_traces_link")
+# The steps each model artifact waits on, in pipeline order: an absent artifact's reason is the
+# first of them that is not completed (the runbook: the card links the traces once they are verified).
+ARTIFACT_STEPS: dict[str, tuple[str, ...]] = {
+    "weights": ("list_checkpoints", "metric_surface", "select_checkpoint", "export_model", "publish_model"),
+    "tokenizer_configuration": ("list_checkpoints", "metric_surface", "select_checkpoint", "export_model",
+                                "publish_model"),
+    "training_logs": ("sync_logs", "metric_surface", "export_model", "publish_model"),
+    "training_traces_link": ("sync_traces", "publish_traces", "publish_model"),
+}
+
+
+def blocking_reason(steps: dict[str, dict[str, Any]], names: tuple[str, ...]) -> str | None:
+    """`<step> <status>: <reason>` for the first of names that is not completed, or None."""
+    for name in names:
+        info = steps.get(name, {"status": "pending"})
+        if info["status"] in {"completed", "not_applicable"}:
+            continue
+        reason = (info.get("reason") or "").strip().splitlines()
+        return f"{name} {info['status']}" + (f": {reason[0]}" if reason else "")
+    return None
+
+
+def artifact_table(job_dir: Path, record: JobRecord, steps: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """present | absent | not_applicable for each required model artifact (runbook completion
+    record), the reason of each absent one, and what the table describes (scope)."""
     if not record.spec.applies("export_model"):  # sft, datagen, eval: rlkeep makes no model
-        return {key: "not_applicable" for key in ("weights", "tokenizer_configuration", "training_logs",
-                                                   "training_traces_link")}
-    if record.publish is None:
-        stage = job_dir / "model"
-        weights = "present" if any(stage.glob("*.safetensors")) else "absent"
-        tokenizer = "present" if (stage / "config.json").is_file() and any(
-            (stage / name).is_file() for name in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")) else "absent"
-        return {"weights": weights, "tokenizer_configuration": tokenizer,
-                "training_logs": "not_applicable", "training_traces_link": "not_applicable"}
+        return {"artifacts": {key: "not_applicable" for key in ARTIFACTS}, "reasons": {},
+                "scope": f"a {record.spec.name} run has no model"}
     verify = _optional_json(job_dir / "verify" / "model.json")
-    if verify is None or verify.get("status") != "completed":
-        return {key: "absent" for key in ("weights", "tokenizer_configuration", "training_logs", "training_traces_link")}
-    # the fresh download passed check-publication: every item below was checked on the Hub copy
-    return {"weights": "present", "tokenizer_configuration": "present", "training_logs": "present",
-            "training_traces_link": "present"}
+    if record.publish is not None and verify is not None and verify.get("status") == "completed":
+        # the fresh download passed check-publication: every item was checked on the Hub copy, unless the
+        # publication reports its own table (a model published before its trace link)
+        reported = verify.get("artifacts")
+        states = {key: (reported or {}).get(key, "present") for key in ARTIFACTS}
+        reasons = dict(verify.get("artifact_reasons") or {})
+        for key in ARTIFACTS:
+            if states[key] == "absent" and key not in reasons:
+                reasons[key] = blocking_reason(steps, ARTIFACT_STEPS[key]) or "not in the verified publication"
+        return {"artifacts": states, "reasons": {k: v for k, v in reasons.items() if states.get(k) == "absent"},
+                "scope": f"published model {record.publish.get('model')} (verified fresh download)"}
+    model = job_dir / "model"
+    exported = (job_dir / "export.json").is_file()
+    states = {
+        "weights": "present" if exported and any(model.glob("*.safetensors")) else "absent",
+        "tokenizer_configuration": "present" if exported and (model / "config.json").is_file() and any(
+            (model / name).is_file() for name in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json"))
+        else "absent",
+    }
+    if record.publish is None:
+        states.update(training_logs="not_applicable", training_traces_link="not_applicable")
+        scope = "local export (the record names no publish destinations)"
+    else:
+        staged_logs = job_dir / "stage" / "model" / "training_logs"
+        states["training_logs"] = "present" if staged_logs.is_dir() and any(staged_logs.iterdir()) else "absent"
+        states["training_traces_link"] = "absent"
+        scope = ("local export and staging; the model is not published yet ("
+                 + (blocking_reason(steps, ("publish_model",)) or "publish_model pending") + ")")
+    reasons = {}
+    for key, state in states.items():
+        if state == "absent":
+            reasons[key] = blocking_reason(steps, ARTIFACT_STEPS[key]) or "not found in the job folder"
+    if record.publish is not None and "traces" not in record.publish and "training_traces_link" in reasons:
+        reasons["training_traces_link"] = "the record names no trace dataset (publish.traces)"
+    return {"artifacts": states, "reasons": reasons, "scope": scope}
 
 
-def build_completion_record(job_dir: Path, record: JobRecord) -> dict[str, Any]:
-    steps = collect_steps(job_dir, record.kind)
-    chain = read_json(job_dir / "chain.json")
-    retries = read_json(job_dir / "retries.json")
+def attempts_without_metrics(job_dir: Path) -> list[dict[str, Any]] | None:
+    """The chain's attempts that logged no metrics (metrics/attempts.json). Before the surface is
+    built, only the empty logs are known (logs.manifest.json); None when neither exists."""
+    attempts = _optional_json(job_dir / "metrics" / "attempts.json")
+    if attempts is not None:
+        return list(attempts.get("attempts_without_metrics") or [])
+    manifest = _optional_json(job_dir / "sync" / "logs.manifest.json")
+    if manifest is None:
+        return None
+    return [{"attempt": a["attempt"], "reason": "empty", "state": a.get("state"), "bytes": a.get("bytes"),
+             "lines": a.get("lines")} for a in manifest.get("attempts", []) if a.get("member") and a.get("bytes") == 0]
+
+
+def complete_candidates(job_dir: Path) -> list[int] | None:
+    data = _optional_json(job_dir / "checkpoint" / "candidates.json")
+    if data is None:
+        return None
+    return sorted(int(c["step"]) for c in data.get("candidates", []) if isinstance(c, dict) and c.get("complete", True))
+
+
+VERIFY_STEPS = {"model": "publish_model", "traces": "publish_traces", "archive": "verify_archive"}
+
+
+def build_completion_record(job_dir: Path, record: JobRecord,
+                            steps: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Everything the completion record states; every input file is optional, so a blocked run
+    gets the same record (STATUS.json) with what is known."""
+    steps = steps if steps is not None else collect_steps(job_dir, record.kind)
+    chain = _optional_json(job_dir / "chain.json") or {}
+    retries = _optional_json(job_dir / "retries.json") or {}
     selected = _optional_json(job_dir / "checkpoint" / "selected.json") or {}
     export = _optional_json(job_dir / "export.json") or {}
     verify_model = _optional_json(job_dir / "verify" / "model.json") or {}
@@ -185,28 +261,35 @@ def build_completion_record(job_dir: Path, record: JobRecord) -> dict[str, Any]:
     from rlkeep.tracker import tracker_of
 
     tracker_url, tracker_url_source = tracker_of(record, job_dir)  # the record's URL always wins
+    archive_dest = verify_archive.get("dest") or (record.archive or {}).get("dest")
+    table = artifact_table(job_dir, record, steps)
     return {
         "job": record.job,
         "kind": record.kind,
-        "terminal_state": terminal_state(chain, retries),
+        "terminal_state": terminal_state(chain, retries) if chain else "unknown (chain.json not captured)",
         "source_revision": {"run": run_source_revision(job_dir / "sync" / "logs.tar"), "rlkeep": rlkeep_revision()},
-        "chain": [a["id"] for a in chain.get("attempts", [])],
+        "chain": [a["id"] for a in chain.get("attempts", [])] or list(record.chain),
         "retries_stopped": [s["id"] for s in retries.get("stopped", [])],
         "tracker_url": tracker_url,
         "tracker_url_source": tracker_url_source,
         "steps": {name: info["status"] for name, info in steps.items()},
         "checkpoint": {key: selected.get(key) for key in ("step", "rule", "rationale")} if selected else None,
+        "candidates": complete_candidates(job_dir),
         "export": {"format": export.get("format"), "source": export.get("source"),
                    "files": export.get("files")} if export else None,
         "destinations": {
             "model": publish.get("model"), "model_commit": verify_model.get("commit"),
             "traces": publish.get("traces"), "traces_commit": verify_traces.get("commit"),
-            "archive": verify_archive.get("dest"),
-        } if record.publish or verify_archive.get("dest") else "not_applicable",
-        "artifacts": model_artifacts(job_dir, record),
+            "archive": archive_dest,
+        } if record.publish or archive_dest else "not_applicable",
+        "artifacts": table["artifacts"],
+        "artifact_reasons": table["reasons"],
+        "artifacts_scope": table["scope"],
+        "attempts_without_metrics": attempts_without_metrics(job_dir),
         "registration": register if register is not None else None,
         "metrics": sorted(f"metrics/{p.name}" for p in (job_dir / "metrics").glob("*") if p.is_file()),
-        "verification": {name: (_optional_json(job_dir / "verify" / f"{name}.json") or {}).get("status")
+        "verification": {name: ((_optional_json(job_dir / "verify" / f"{name}.json") or {}).get("status")
+                                or steps.get(VERIFY_STEPS[name], {}).get("status"))
                          if name in record.spec.verify_sentinels else "not_applicable"
                          for name in ("model", "traces", "archive")},
         "reclaimed": {"bytes": reclaim.get("deleted_bytes", 0), "keys": reclaim.get("deleted_keys", 0),
@@ -216,6 +299,8 @@ def build_completion_record(job_dir: Path, record: JobRecord) -> dict[str, Any]:
 
 
 def render_report(done: dict[str, Any]) -> str:
+    from rlkeep.metrics import without_metrics_markdown
+
     lines = [f"# rlkeep completion record: {done['job']}", ""]
     lines.append(f"- Kind: {done.get('kind', 'rl')}")
     lines.append(f"- Terminal state: **{done['terminal_state']}**")
@@ -230,16 +315,27 @@ def render_report(done: dict[str, Any]) -> str:
     checkpoint = done.get("checkpoint")
     if checkpoint:
         lines += ["", "## Selected checkpoint", "", f"Step **{checkpoint['step']}**: {checkpoint['rationale']}"]
+    elif done.get("candidates") is not None:
+        lines += ["", "## Checkpoint candidates", "", "Not selected yet; complete saves: "
+                  + (", ".join(str(step) for step in done["candidates"]) or "none")]
     export = done.get("export")
     if export:
         lines += ["", "## Export", "", f"Format {export.get('format')} from {export.get('source')}; "
                   f"{len(export.get('files') or [])} files with sha256 in export.json."]
-    lines += ["", "## Model artifacts", "", "| artifact | state |", "|---|---|"]
-    lines += [f"| {name} | {state} |" for name, state in (done.get("artifacts") or {}).items()]
+    lines += ["", "## Model artifacts", ""]
+    if done.get("artifacts_scope"):
+        lines += [f"Scope: {done['artifacts_scope']}.", ""]
+    lines += ["| artifact | state | reason |", "|---|---|---|"]
+    reasons = done.get("artifact_reasons") or {}
+    lines += [f"| {name} | {state} | {reasons.get(name, '')} |" for name, state in (done.get("artifacts") or {}).items()]
     destinations = done.get("destinations")
     if isinstance(destinations, dict):
         lines += ["", "## Destinations", ""]
         lines += [f"- {key}: {value}" for key, value in destinations.items() if value]
+    dead = done.get("attempts_without_metrics")
+    if dead:
+        lines += [""] + without_metrics_markdown(dead)
+        lines.pop()
     lines += ["", "## Steps", "", "| step | status |", "|---|---|"]
     lines += [f"| {name} | {status} |" for name, status in done["steps"].items()]
     reclaimed = done.get("reclaimed") or {}
@@ -248,7 +344,9 @@ def render_report(done: dict[str, Any]) -> str:
               + (f" ({reclaimed['reason']})" if reclaimed.get("reason") else "")]
     lines += ["", "## Remaining work", ""]
     if done["remaining_work"]:
-        lines += [f"- {item['step']} ({item['status']}): {item['remaining']}" for item in done["remaining_work"]]
+        lines += [f"- {item['step']} ({item['status']}): {item['remaining']}"
+                  + (f" Continue with: `{item['command']}`" if item.get("command") else "")
+                  for item in done["remaining_work"]]
     else:
         lines.append("None.")
     return "\n".join(lines) + "\n"
@@ -261,39 +359,88 @@ def write_done(ctx: StepContext) -> None:
     write_json(ctx.outputs["done"], done)
 
 
-def build_status(job_dir: Path, kind: str | None = None) -> dict[str, Any]:
+# Steps that act only with authority granted on the command line (CONTRACT.md section 6).
+AUTHORITY = {"reclaim": "reclaim_authorized"}
+
+
+def continue_command(job: str, step: Step | None, invocation: str) -> str:
+    """The command that reruns a step (and whatever it waits on) from the data root."""
+    target = f"{job}/{step.evidence}" if step is not None else f"{job}/DONE"
+    command = f"{invocation} {target}"
+    if step is not None and step.name in AUTHORITY:
+        command += f" --config {AUTHORITY[step.name]}={job}"
+    return command
+
+
+def build_status(job_dir: Path, kind: str | None = None, *, record: JobRecord | None = None,
+                 invocation: str = "snakemake --profile iris") -> dict[str, Any]:
+    """STATUS.json: every step's status and, when the record is readable, everything DONE would
+    state (the completion record of a blocked run), with the command that continues each step."""
+    kind = record.kind if record is not None else kind
     steps = collect_steps(job_dir, kind)
     by_status: dict[str, list[str]] = {"completed": [], "not_applicable": [], "blocked": [], "pending": []}
     for name, info in steps.items():
         by_status.setdefault(info["status"], []).append(name)
+    by_name = {step.name: step for step in STEPS}
+    remaining = [
+        {"step": name, "status": info["status"], "reason": info.get("reason"), "remaining": info.get("remaining"),
+         "command": continue_command(job_dir.name, by_name[name], invocation)}
+        for name, info in steps.items()
+        if info["status"] in {"blocked", "pending"}
+    ]
+    record_fields = {}
+    if record is not None:
+        record_fields = {key: value for key, value in build_completion_record(job_dir, record, steps).items()
+                         if key not in {"steps", "remaining_work"}}
     return {
         "job": job_dir.name,
         "kind": kind or "rl",
         "done": (job_dir / "DONE").is_file(),
         **by_status,
+        **record_fields,
         "steps": steps,
-        "remaining_work": [
-            {"step": name, "status": info["status"], "reason": info.get("reason"), "remaining": info.get("remaining")}
-            for name, info in steps.items()
-            if info["status"] in {"blocked", "pending"}
-        ],
+        "remaining_work": remaining,
+        "continue": continue_command(job_dir.name, None, invocation) if remaining else None,
     }
 
 
-def _kind_of(record_file: Path) -> str | None:
-    """The record's kind; None (rl's full list) when the record cannot be read: STATUS.json is then
-    written with every step, and the record's own error stops the run."""
+def _record_of(record_file: Path) -> JobRecord | None:
+    """The job's record; None when it cannot be read: STATUS.json is then written with every step
+    of the default kind, and the record's own error stops the run."""
     from rlkeep.errors import RlkeepError
     from rlkeep.records import load_record
 
     try:
-        return load_record(record_file).kind
+        return load_record(record_file)
     except RlkeepError:
         return None
 
 
-def write_status_for_jobs(data_root: Path, records_dir: Path) -> list[Path]:
+def invocation_from_argv(argv: list[str]) -> str:
+    """`snakemake [--snakefile F] --profile P` as this run was invoked (default profile: iris)."""
+    import shlex
+
+    def value(flag: str) -> str | None:
+        for index, arg in enumerate(argv):
+            if arg == flag and index + 1 < len(argv):
+                return argv[index + 1]
+            if arg.startswith(flag + "="):
+                return arg.split("=", 1)[1]
+        return None
+
+    parts = ["snakemake"]
+    snakefile = value("--snakefile") or value("-s")
+    if snakefile:
+        parts += ["--snakefile", snakefile]
+    parts += ["--profile", value("--profile") or "iris"]
+    return shlex.join(parts)
+
+
+def write_status_for_jobs(data_root: Path, records_dir: Path, invocation: str | None = None) -> list[Path]:
     """STATUS.json for every job with a record and a job folder (called after every run)."""
+    import sys
+
+    invocation = invocation or invocation_from_argv(sys.argv)
     written = []
     records_dir = records_dir if records_dir.is_absolute() else data_root / records_dir
     if not records_dir.is_dir():
@@ -302,7 +449,7 @@ def write_status_for_jobs(data_root: Path, records_dir: Path) -> list[Path]:
         job_dir = data_root / record_file.stem
         if not job_dir.is_dir():
             continue
-        status = build_status(job_dir, _kind_of(record_file))
+        status = build_status(job_dir, record=_record_of(record_file), invocation=invocation)
         previous = job_dir / "STATUS.json"
         if previous.is_file():
             try:

@@ -340,6 +340,22 @@ def _stdout_paths(ctx: StepContext) -> dict[str, str]:
     return {a["slug"]: a["stdout"] for a in attempts if isinstance(a, dict) and a.get("slug") and a.get("stdout")}
 
 
+def line_count(data: bytes) -> int:
+    """Lines in a log, the last one counted even without its newline."""
+    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+
+
+def _attempt_states(ctx: StepContext) -> dict[str, str]:
+    """Each attempt's scheduler state from chain.json (by slug), for the logs manifest."""
+    from rlkeep.jsonio import read_json
+
+    chain_path = ctx.inputs.get("chain")
+    if chain_path is None or not Path(chain_path).is_file():
+        return {}
+    attempts = read_json(chain_path).get("attempts", [])
+    return {str(a["slug"]): str(a.get("state", "unknown")) for a in attempts if isinstance(a, dict) and a.get("slug")}
+
+
 def sync_logs(ctx: StepContext) -> None:
     """`<job>/sync/logs.tar` + manifest: trainer logs per attempt + every durable non-weight artifact."""
     settings = ctx.settings
@@ -359,17 +375,23 @@ def sync_logs(ctx: StepContext) -> None:
     check_transfer(ctx, nbytes=sum(info.size for info in chosen), what=f"log sync from {record.store}", **store_to_local(ctx))
     stats = TarStats(objects_skipped=skipped)
     attempts = []
+    states = _attempt_states(ctx)
     with TarOutput(ctx.outputs["tar"]) as (tar, hasher):
         for slug, data, source in trainer_logs(ctx, store):
             if data is None:
-                attempts.append({"attempt": slug, "member": None, "source": None, "note": source})
+                attempts.append({"attempt": slug, "state": states.get(slug), "member": None, "source": None,
+                                 "note": source})
                 continue
-            if not data.strip():
-                raise RlkeepError(f"{source}: the trainer log of attempt {slug} is empty")
+            # An empty log (a pod that never wrote a line) is preserved as it is: a dead attempt is
+            # data; the metric surface names it and takes no rows from it.
             name = f"attempts/{slug}/trainer.log"
             add_bytes(tar, name, data)
-            attempts.append({"attempt": slug, "member": name, "source": source, "bytes": len(data),
-                             "lines": data.count(b"\n"), "sha256": hashlib.sha256(data).hexdigest()})
+            attempts.append({"attempt": slug, "state": states.get(slug), "member": name, "source": source,
+                             "bytes": len(data), "lines": line_count(data),
+                             "sha256": hashlib.sha256(data).hexdigest()})
+            if not data.strip():
+                log.info("%s: the trainer log of attempt %s is empty (%d bytes, state %s): preserved as it is",
+                         source, slug, len(data), states.get(slug) or "unknown")
         stream_objects_into_tar(tar, store, chosen, lambda info: f"store/{info.key}", stats=stats,
                                 workers=int(settings.get("workers", 16)),
                                 max_inflight_bytes=int(settings.get("max_inflight_mb", 128)) << 20,

@@ -55,6 +55,7 @@ class ExampleRun:
     resumed_from: dict[str, int] = field(default_factory=dict)            # slug -> resume step
     attempt_times: list[dict] = field(default_factory=list, repr=False)   # per attempt, for Iris
     stdout_lines: dict[str, list[tuple[str, str]]] = field(default_factory=dict, repr=False)
+    dead_attempts: dict[str, str] = field(default_factory=dict)           # slug -> "traceback" | "empty"
 
     def record(
         self,
@@ -88,9 +89,15 @@ def write_example_run(
     model_hidden: int = 64,
     large_result_mb: float = 6.0,
     large_pane_mb: float = 2.5,
+    dead_attempts: bool = False,
 ) -> ExampleRun:
-    """Write the run into `root` (created; must be absent, empty, or already this very run)."""
-    params = Params(job, user, n_trials, n_steps, interval, seed, model_hidden, large_result_mb, large_pane_mb)
+    """Write the run into `root` (created; must be absent, empty, or already this very run).
+
+    dead_attempts: a chain of four (trained and crashed, died with only a traceback, died with a
+    0-byte log, resumed and finished); the default is the two training attempts alone.
+    """
+    params = Params(job, user, n_trials, n_steps, interval, seed, model_hidden, large_result_mb, large_pane_mb,
+                    dead_attempts)
     plan = build_plan(params)
     ctx = RunContext(plan, make_credentials(seed), PlantedSecrets(), make_wandb_run_id(seed))
     root = Path(root)
@@ -130,6 +137,7 @@ def write_example_run(
         resumed_from={a.slug: a.resumed_from for a in plan.attempts if a.resumed_from is not None},
         attempt_times=[_attempt_times(a) for a in plan.attempts],
         stdout_lines=stdout_lines,
+        dead_attempts={a.slug: a.death for a in plan.attempts if a.death is not None},
     )
 
 
@@ -138,11 +146,15 @@ def _attempt_times(attempt) -> dict:
         "Exit code 1: ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
         "Exit code 1: OSError: [Errno 28] No space left on device",
     ]
+    deaths = {
+        "traceback": "Exit code 1: RuntimeError: CUDA error: uncorrectable ECC error encountered",
+        "empty": "Exit code 137: container killed before it wrote output (node lost)",
+    }
     return {
         "submitted_ms": clock.epoch_ms(attempt.submitted),
         "started_ms": clock.epoch_ms(attempt.started),
         "finished_ms": clock.epoch_ms(attempt.finished),
-        "error": errors[min(attempt.index, 1)],
+        "error": deaths[attempt.death] if attempt.death else errors[min(attempt.index, 1)],
         "preemption_count": 2 if attempt.index == 0 else 0,
         "memory_mb": 61_440 + 2_048 * attempt.index,
         "memory_peak_mb": 98_304 + 4_096 * attempt.index,
@@ -182,6 +194,9 @@ def cli_main(argv: list[str]) -> int:
     parser.add_argument("--record-out", type=Path, help="write the job record YAML here (stem = job)")
     parser.add_argument("--store-url", help="the record's `store:` (where the tree will be uploaded)")
     parser.add_argument("--iris-state", type=Path, help="write the stand-in iris state JSON here")
+    parser.add_argument("--dead-attempts", action="store_true",
+                        help="a chain of four: two attempts between the training ones die on a bad node "
+                             "(a traceback-only log, a 0-byte log)")
     args = parser.parse_args(argv)
     if args.record_out is not None:
         if not args.store_url:
@@ -192,7 +207,7 @@ def cli_main(argv: list[str]) -> int:
     run = write_example_run(
         args.out, job=args.job, user=args.user, n_trials=args.trials, n_steps=args.steps, interval=args.interval,
         seed=args.seed, model_hidden=args.model_hidden, large_result_mb=args.large_result_mb,
-        large_pane_mb=args.large_pane_mb,
+        large_pane_mb=args.large_pane_mb, dead_attempts=args.dead_attempts,
     )
     summary = {"root": str(run.root), "job": run.job, "chain": run.chain, "final_step": run.final_step,
                "complete_ckpt_steps": run.complete_ckpt_steps, "export_steps": run.export_steps,

@@ -298,8 +298,32 @@ def _final_save_crash(out: Stdout, ctx: RunContext, attempt: AttemptPlan) -> Non
     ]))
 
 
+def _dead_stdout(attempt: AttemptPlan) -> list[Line]:
+    """A bad node: only the traceback of the entrypoint's import-time CUDA failure, or nothing."""
+    if attempt.death == "empty":
+        return []
+    out = Stdout()
+    out.raw(attempt.failed_at, "\n".join([
+        "Traceback (most recent call last):",
+        '  File "<frozen runpy>", line 198, in _run_module_as_main',
+        '  File "<frozen runpy>", line 88, in _run_code',
+        '  File "/app/skyrl-train/skyrl_train/entrypoints/main_base.py", line 14, in <module>',
+        "    from skyrl_train.trainer import RayPPOTrainer",
+        '  File "/app/skyrl-train/skyrl_train/trainer.py", line 31, in <module>',
+        "    torch.cuda.init()",
+        '  File "/app/.venv/lib/python3.11/site-packages/torch/cuda/__init__.py", line 319, in init',
+        "    _lazy_init()",
+        '  File "/app/.venv/lib/python3.11/site-packages/torch/cuda/__init__.py", line 372, in _lazy_init',
+        "    torch._C._cuda_init()",
+        "RuntimeError: CUDA error: uncorrectable ECC error encountered",
+    ]))
+    return out.lines
+
+
 def trainer_stdout(ctx: RunContext, attempt: AttemptPlan) -> list[Line]:
     """The attempt's full trainer stdout, as Iris captured it and the run synced it to `logs/`."""
+    if attempt.death is not None:
+        return _dead_stdout(attempt)
     rng = ctx.rng(f"stdout/{attempt.slug}")
     out = Stdout()
     moment = _preamble(out, ctx, attempt, rng)

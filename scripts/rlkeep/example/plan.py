@@ -5,6 +5,11 @@ attempt 2 resumes from attempt 1's last save R (< A), re-logs R+1..A with new va
 `n_steps` (off-interval), saves on the interval, and dies during the final save at `n_steps`
 (rank 1 lost),
 leaving that directory incomplete and the latest-step file at the last complete save.
+
+With `dead_attempts`, two attempts die on a bad node between those two: `-r1` before training
+(its log is only a Python traceback) and `-r2` before its pod wrote a line (a 0-byte log);
+the resumed attempt is `-r3`. The dead attempts log no step and save nothing, so the metric
+surface and the checkpoints are those of the two training attempts.
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ class Params:
     model_hidden: int
     large_result_mb: float
     large_pane_mb: float
+    dead_attempts: bool = False
 
     def validate(self) -> None:
         problems = []
@@ -74,6 +80,10 @@ class AttemptPlan:
     step_end: dict[int, datetime] = field(default_factory=dict)
     metrics: dict[int, dict[str, float | int]] = field(default_factory=dict)
     evals: dict[int, dict[str, float]] = field(default_factory=dict)
+    death: str | None = None              # a dead attempt: "traceback" (log is only one) or "empty" (0 bytes)
+
+
+DEATHS: tuple[str, ...] = ("traceback", "empty")
 
 
 @dataclass
@@ -113,15 +123,31 @@ def build_plan(params: Params) -> RunPlan:
     complete, resume, first_last = checkpoint_steps(params.n_steps, params.interval)
     eval_interval = max(2, params.interval // 2)
     nan_step = max(2, params.n_steps // 4)
-    chain = [f"/{params.user}/{params.job}", f"/{params.user}/{params.job}-r1"]
-    step_ranges = [list(range(1, first_last + 1)), list(range(resume + 1, params.n_steps + 1))]
+    deaths: list[str | None] = [None, *(DEATHS if params.dead_attempts else ()), None]
+    chain = [f"/{params.user}/{params.job}" + (f"-r{index}" if index else "") for index in range(len(deaths))]
+    step_ranges = [list(range(1, first_last + 1)), *([] for _ in deaths[1:-1]),
+                   list(range(resume + 1, params.n_steps + 1))]
     plan = RunPlan(params, [], complete, list(complete), [params.n_steps], eval_interval, nan_step)
     submitted = clock.at(0.0)
-    for index, (job_id, steps) in enumerate(zip(chain, step_ranges)):
-        attempt = _timeline(plan, index, job_id, steps, resume if index else None, submitted)
+    for index, (job_id, steps, death) in enumerate(zip(chain, step_ranges, deaths)):
+        if death is None:
+            attempt = _timeline(plan, index, job_id, steps, resume if index else None, submitted)
+        else:
+            attempt = _dead_timeline(plan, index, job_id, death, submitted)
         plan.attempts.append(attempt)
         submitted = attempt.finished + timedelta(seconds=412.0)
     return plan
+
+
+def _dead_timeline(plan: RunPlan, index: int, job_id: str, death: str, submitted: datetime) -> AttemptPlan:
+    """An attempt on a bad node: scheduled, then dead before its first step (no steps, no saves)."""
+    slug = job_id.rsplit("/", 1)[1]
+    jitter = random.Random(f"{plan.params.seed}/timeline/{slug}")
+    started = submitted + timedelta(seconds=80.0 + jitter.uniform(0, 30))
+    failed_at = started + timedelta(seconds=(11.0 if death == "traceback" else 2.0) + jitter.uniform(0, 5))
+    return AttemptPlan(index=index, job_id=job_id, slug=slug, steps=[], resumed_from=None, saves=[],
+                       submitted=submitted, started=started, trainer_start=failed_at, failed_at=failed_at,
+                       finished=failed_at + timedelta(seconds=6.0), death=death)
 
 
 def _timeline(

@@ -252,6 +252,8 @@ def write_junk(tree: Tree, ctx: RunContext) -> None:
 
 def write_run_files(tree: Tree, ctx: RunContext, stdout_texts: dict[str, str]) -> None:
     for attempt in ctx.plan.attempts:
+        if attempt.death is not None:  # dead before Ray, vLLM or the config writer started: only its log
+            continue
         write_ray_session(tree, ctx, attempt)
         write_vllm_log(tree, ctx, attempt)
         write_config(tree, ctx, attempt)

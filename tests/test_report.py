@@ -1,0 +1,101 @@
+"""The completion record of a blocked run (STATUS.json) and of a finished one (DONE), from job folders."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rlkeep.records import load_record
+from rlkeep.report import build_status, invocation_from_argv, render_report, write_status_for_jobs
+
+RECORD = """job: rl-swe
+user: u
+scheduler: none
+chain:
+  - /u/rl-swe
+  - /u/rl-swe-r1
+store: file:///tmp/nowhere
+checkpoint:
+  interval: 20
+"""
+
+
+def job_folder(tmp_path: Path, extra: str = "") -> tuple[Path, Path]:
+    records = tmp_path / "records"
+    records.mkdir()
+    (records / "rl-swe.yaml").write_text(RECORD + extra)
+    job = tmp_path / "rl-swe"
+    for name, data in {
+        "chain.json": {"status": "completed", "attempts": [{"id": "/u/rl-swe", "slug": "rl-swe", "state": "failed"},
+                                                           {"id": "/u/rl-swe-r1", "slug": "rl-swe-r1", "state": "failed"}]},
+        "retries.json": {"status": "completed", "stopped": []},
+        "sync/logs.manifest.json": {"status": "completed", "attempts": [
+            {"attempt": "rl-swe", "member": "attempts/rl-swe/trainer.log", "bytes": 900, "lines": 9, "state": "failed"},
+            {"attempt": "rl-swe-r1", "member": "attempts/rl-swe-r1/trainer.log", "bytes": 0, "lines": 0,
+             "state": "failed"}]},
+        "checkpoint/candidates.json": {"status": "completed", "candidates": [
+            {"step": 20, "complete": True}, {"step": 40, "complete": False}, {"step": 60, "complete": True}]},
+    }.items():
+        (job / name).parent.mkdir(parents=True, exist_ok=True)
+        (job / name).write_text(json.dumps(data))
+    (job / "logs").mkdir()
+    (job / "logs/sync_traces.log").write_text("2026-01-01T00:00:00 INFO step rlkeep.sync:sync_traces for job rl-swe\n"
+                                              "rlkeep: s3://b/rl-swe/trace_jobs: no trace objects under this prefix\n")
+    return job, records / "rl-swe.yaml"
+
+
+def test_a_blocked_run_gets_the_completion_record_and_the_commands_that_continue_it(tmp_path: Path) -> None:
+    job, record_file = job_folder(tmp_path)
+    invocation = "snakemake --profile profiles/local"
+    status = build_status(job, record=load_record(record_file), invocation=invocation)
+    assert status["blocked"] == ["sync_traces"] and not status["done"]
+    assert status["checkpoint"] is None and status["candidates"] == [20, 60]  # the incomplete save is not one
+    assert status["terminal_state"] == "failed" and status["chain"] == ["/u/rl-swe", "/u/rl-swe-r1"]
+    # before the surface is built only the empty log is known to hold no metrics
+    assert status["attempts_without_metrics"] == [
+        {"attempt": "rl-swe-r1", "reason": "empty", "state": "failed", "bytes": 0, "lines": 0}]
+    assert status["artifacts"] == {"weights": "absent", "tokenizer_configuration": "absent",
+                                   "training_logs": "not_applicable", "training_traces_link": "not_applicable"}
+    assert status["artifact_reasons"]["weights"] == "metric_surface pending"
+    assert status["destinations"] == "not_applicable"
+    work = {item["step"]: item for item in status["remaining_work"]}
+    assert work["sync_traces"]["command"] == f"{invocation} rl-swe/sync/trace_jobs.manifest.json"
+    assert "no trace objects under this prefix" in work["sync_traces"]["reason"]
+    assert work["reclaim"]["command"] == f"{invocation} rl-swe/reclaim.json --config reclaim_authorized=rl-swe"
+    assert status["continue"] == f"{invocation} rl-swe/DONE"
+    report = render_report(status | {"steps": {name: info["status"] for name, info in status["steps"].items()}})
+    assert "Not selected yet; complete saves: 20, 60" in report
+    assert "| rl-swe-r1 | empty | failed | 0 | 0 |" in report
+    assert f"Continue with: `{invocation} rl-swe/sync/trace_jobs.manifest.json`" in report
+
+
+def test_the_surface_names_attempts_without_metrics_and_a_partial_publication_keeps_its_reasons(tmp_path: Path) -> None:
+    job, record_file = job_folder(tmp_path, "publish:\n  model: o/m\n  traces: o/t\nbase_model: o/base\n")
+    (job / "metrics").mkdir()
+    (job / "metrics/attempts.json").write_text(json.dumps({"attempts_without_metrics": [
+        {"attempt": "rl-swe-r1", "reason": "no_metric_blocks", "state": "failed", "bytes": 120, "lines": 3}]}))
+    (job / "verify").mkdir()
+    (job / "verify/model.json").write_text(json.dumps({
+        "status": "completed", "commit": "abc123",
+        "artifacts": {"weights": "present", "tokenizer_configuration": "present", "training_logs": "present",
+                      "training_traces_link": "absent"}}))
+    status = build_status(job, record=load_record(record_file), invocation="snakemake --profile iris")
+    assert [a["reason"] for a in status["attempts_without_metrics"]] == ["no_metric_blocks"]
+    assert status["artifacts"]["training_traces_link"] == "absent" and status["artifacts"]["weights"] == "present"
+    assert status["artifact_reasons"] == {"training_traces_link": "sync_traces blocked: s3://b/rl-swe/trace_jobs: "
+                                                                  "no trace objects under this prefix"}
+    assert status["destinations"]["model_commit"] == "abc123" and status["destinations"]["traces"] == "o/t"
+
+
+def test_status_is_written_for_every_job_with_a_folder(tmp_path: Path) -> None:
+    job, _ = job_folder(tmp_path)
+    written = write_status_for_jobs(tmp_path, Path("records"), "snakemake --profile x")
+    assert written == [job / "STATUS.json"]
+    assert json.loads(written[0].read_text())["continue"] == "snakemake --profile x rl-swe/DONE"
+    assert write_status_for_jobs(tmp_path, Path("records"), "snakemake --profile x") == []  # unchanged: not rewritten
+
+
+def test_the_invocation_is_read_from_the_command_line() -> None:
+    assert invocation_from_argv(["snakemake", "--profile", "iris", "j/DONE"]) == "snakemake --profile iris"
+    assert invocation_from_argv(["x", "--snakefile", "/a b/Snakefile", "--profile=p", "j/DONE"]) == (
+        "snakemake --snakefile '/a b/Snakefile' --profile p")
+    assert invocation_from_argv(["snakemake", "j/DONE"]) == "snakemake --profile iris"
