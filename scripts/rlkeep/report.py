@@ -26,6 +26,7 @@ class Step:
     evidence: str  # the file (relative to <job>/) whose status counts
     remaining: str  # what an operator does when this step is blocked or pending
     upstream: tuple[str, ...] = ()  # rules of this step only (e.g. staging) whose failure blocks it
+    needs: tuple[str, ...] = ()  # other steps whose evidence it takes: it is blocked while one of them is
 
 
 STEPS: tuple[Step, ...] = (
@@ -40,17 +41,24 @@ STEPS: tuple[Step, ...] = (
          "declare checkpoint.rule in the record (ema_max, latest or step) from the listed candidates, then rerun"),
     Step("export_model", "export.json",
          "consolidate the selected checkpoint as the log says (an export job for Megatron), then rerun"),
-    Step("publish_model", "verify/model.json",
+    Step("publish_model", "verify/model_upload.json",
          "fix the publication problem named in the log (staging is kept), then rerun: the upload resumes",
          upstream=("stage_model",)),
     Step("publish_traces", "verify/traces.json", "fix the trace dataset problem named in the log (coverage, Hub), then rerun",
-         upstream=("stage_traces",)),
+         upstream=("stage_traces",), needs=("sync_traces",)),
+    Step("link_model_card", "verify/model.json",
+         "the model card links the trace dataset only once verify/traces.json exists: fix what holds the traces "
+         "back (named in the reason), then rerun; the link is one commit that changes README.md only",
+         needs=("publish_model", "publish_traces")),
     Step("register", "register.json", "resolve the registry problem named in the log, then rerun"),
     Step("archive", "archive/MANIFEST", "fix the archive problem named in the log, then rerun"),
     Step("verify_archive", "verify/archive.json",
          "make archive.dest reachable or fix the mismatch named in the log, then rerun"),
     Step("reclaim", "reclaim.json", "rerun with --config reclaim_authorized=<job> once every verification passed"),
 )
+
+
+STEP_BY_NAME = {step.name: step for step in STEPS}
 
 
 def step_status(job_dir: Path, step: Step) -> dict[str, Any]:
@@ -64,11 +72,26 @@ def step_status(job_dir: Path, step: Step) -> dict[str, Any]:
         else:
             status = "completed"
         return {"status": status, "evidence": step.evidence}
+    for name in step.needs:
+        held = _blocked_need(job_dir, name)
+        if held is not None:
+            root, info = held
+            return {"status": "blocked", "blocked_by": root, "log": info["log"], "remaining": step.remaining,
+                    "reason": f"waits for {STEP_BY_NAME[name].evidence} ({name}); {root} is blocked: {info['reason']}"}
     for rule in (*step.upstream, step.name):
         reason = last_error(job_dir / "logs" / f"{rule}.log")
         if reason is not None:
             return {"status": "blocked", "reason": reason, "log": f"logs/{rule}.log", "remaining": step.remaining}
     return {"status": "pending", "remaining": step.remaining}
+
+
+def _blocked_need(job_dir: Path, name: str) -> tuple[str, dict[str, Any]] | None:
+    """(the step at the root of the blockage, its status) when step `name` is blocked."""
+    info = step_status(job_dir, STEP_BY_NAME[name])
+    if info["status"] != "blocked":
+        return None
+    root = info.get("blocked_by", name)
+    return root, step_status(job_dir, STEP_BY_NAME[root]) if root != name else info
 
 
 def last_error(log_path: Path) -> str | None:
@@ -157,12 +180,14 @@ def model_artifacts(job_dir: Path, record: JobRecord) -> dict[str, str]:
             (stage / name).is_file() for name in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")) else "absent"
         return {"weights": weights, "tokenizer_configuration": tokenizer,
                 "training_logs": "not_applicable", "training_traces_link": "not_applicable"}
-    verify = _optional_json(job_dir / "verify" / "model.json")
-    if verify is None or verify.get("status") != "completed":
-        return {key: "absent" for key in ("weights", "tokenizer_configuration", "training_logs", "training_traces_link")}
-    # the fresh download passed check-publication: every item below was checked on the Hub copy
-    return {"weights": "present", "tokenizer_configuration": "present", "training_logs": "present",
-            "training_traces_link": "present"}
+    # verify/model_upload.json: a fresh download passed every check but the trace link;
+    # verify/model.json: the card links the verified trace dataset and every check passed again
+    uploaded = any((_optional_json(job_dir / "verify" / name) or {}).get("status") == "completed"
+                   for name in ("model_upload.json", "model.json"))
+    linked = (_optional_json(job_dir / "verify" / "model.json") or {}).get("status") == "completed"
+    state = "present" if uploaded else "absent"
+    return {"weights": state, "tokenizer_configuration": state, "training_logs": state,
+            "training_traces_link": "present" if linked else "absent"}
 
 
 def build_completion_record(job_dir: Path, record: JobRecord) -> dict[str, Any]:
@@ -204,7 +229,7 @@ def build_completion_record(job_dir: Path, record: JobRecord) -> dict[str, Any]:
         "metrics": sorted(f"metrics/{p.name}" for p in (job_dir / "metrics").glob("*") if p.is_file()),
         "verification": {name: (_optional_json(job_dir / "verify" / f"{name}.json") or {}).get("status")
                          if name in record.spec.verify_sentinels else "not_applicable"
-                         for name in ("model", "traces", "archive")},
+                         for name in ("model_upload", "model", "traces", "archive")},
         "reclaimed": {"bytes": reclaim.get("deleted_bytes", 0), "keys": reclaim.get("deleted_keys", 0),
                       "status": reclaim.get("status"), "reason": reclaim.get("reason")},
         "remaining_work": remaining,
