@@ -492,7 +492,8 @@ def test_a_pending_card_passes_every_check_but_the_link_and_a_premature_link_fai
     assert "links no Hugging Face dataset" in " ".join(check_publication(pending))  # the full check still fails
     linked = write_tree(tmp_path / "linked", model_files())
     premature = check_publication(linked, pending_traces_link=True)
-    assert len(premature) == 1 and TRACES_REPO in premature[0] and "before the trace dataset is verified" in premature[0]
+    assert len(premature) == 1 and TRACES_REPO in premature[0]
+    assert "before the trace dataset is verified" in premature[0]
     (pending / "README.md").write_text(PENDING_CARD.replace("## Training Traces", "## Traces"))
     assert check_publication(pending, pending_traces_link=True) == ["README.md: no '## Training Traces' section"]
     (pending / "config.json").unlink()  # every other check still runs
