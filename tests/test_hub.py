@@ -578,3 +578,22 @@ def test_the_card_commit_changes_readme_only_and_deletes_nothing(hub_server, tmp
     again = publish_model_card(card, "laion/card", commit_message="link", **hub_kwargs(hub_server))
     assert again["no_op"] is True and [r for r in hub_server.requests() if r["kind"] == "commit"] == []
     assert "notes/colleague.md" in api.list_repo_files("laion/card")
+
+
+def test_a_failed_card_commit_changes_nothing_and_a_rerun_completes(hub_server, tmp_path: Path,
+                                                                    no_client_backoff: None) -> None:
+    api = HfApi(endpoint=hub_server.url, token=hub_server.token)
+    stage = write_tree(tmp_path / "stage", pending_model_files())
+    head = publish_model(stage, "laion/card-fault", private=True, commit_message="upload",
+                         **hub_kwargs(hub_server))["commit"]
+    card = write_tree(tmp_path / "card", {"README.md": CARD}) / "README.md"
+    hub_server.fail_next("commit", 1)
+    with pytest.raises(RlkeepError) as caught:
+        publish_model_card(card, "laion/card-fault", commit_message="link", **hub_kwargs(hub_server))
+    message = str(caught.value)
+    assert "laion/card-fault" in message and "model card commit" in message and "HTTP 500" in message
+    assert hub_server.token not in message and card.read_text() == CARD
+    assert api.repo_info("laion/card-fault").sha == head
+    hub_server.clear_faults()
+    linked = publish_model_card(card, "laion/card-fault", commit_message="link", **hub_kwargs(hub_server))
+    assert linked["parent"] == head and api.repo_info("laion/card-fault").sha == linked["commit"]

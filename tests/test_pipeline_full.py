@@ -296,6 +296,36 @@ def test_an_empty_trace_prefix_holds_back_only_the_card_link(data_root: Path, bu
         data_root, hub_server, record, head, env, must_not_rerun={"export_model", "publish_model"})
 
 
+def test_what_holds_the_card_link_back_is_named_down_to_the_failed_trace_step(tmp_path: Path) -> None:
+    """STATUS.json's reason for link_model_card, from the files a run leaves (no pipeline run)."""
+    from rlkeep.jsonio import write_json
+    from rlkeep.report import collect_steps
+
+    job_dir = tmp_path / JOB
+    (job_dir / "logs").mkdir(parents=True)
+    write_json(job_dir / "verify" / "model_upload.json", {"status": "completed"})
+    sync_reason = "s3://b/iris/rl-demo/no_traces_here: no trace objects under this prefix"
+    (job_dir / "logs" / "sync_traces.log").write_text(f"listing\nrlkeep: {sync_reason}\n")
+    steps = collect_steps(job_dir, "rl")
+    assert steps["publish_model"]["status"] == "completed"
+    for name, evidence in (("publish_traces", "sync/trace_jobs.manifest.json (sync_traces)"),
+                           ("link_model_card", "verify/traces.json (publish_traces)")):
+        assert steps[name]["status"] == "blocked" and steps[name]["blocked_by"] == "sync_traces", steps[name]
+        assert steps[name]["reason"] == f"waits for {evidence}; sync_traces is blocked: {sync_reason}"
+        assert steps[name]["log"] == "logs/sync_traces.log"
+
+    # The traces verified, the card commit itself failed: its own log is the reason.
+    write_json(job_dir / "sync" / "trace_jobs.manifest.json", {"status": "completed"})
+    write_json(job_dir / "verify" / "traces.json", {"status": "completed"})
+    (job_dir / "logs" / "link_model_card.log").write_text("rlkeep: Hub model card commit failed for model repo x\n")
+    link = collect_steps(job_dir, "rl")["link_model_card"]
+    assert link["status"] == "blocked" and "blocked_by" not in link and link["reason"].startswith("Hub model card commit")
+    # The model upload not done yet and nothing failed: pending, not blocked.
+    (job_dir / "verify" / "model_upload.json").unlink()
+    (job_dir / "logs" / "link_model_card.log").unlink()
+    assert collect_steps(job_dir, "rl")["link_model_card"]["status"] == "pending"
+
+
 @pytest.mark.parametrize("bad", ["rl-demo;rm -rf", "../escape"])
 def test_targets_with_unsafe_job_names_match_no_rule(data_root: Path, bad: str) -> None:
     result = run_snakemake(data_root, f"{bad}/DONE", extra=("-n",))
