@@ -35,7 +35,8 @@ rule verify_archive:
         RUN_STEP
 
 
-# Registration (runbook step 6): only when the record says register.authorized.
+# Registration (runbook step 6): only when the record says register.authorized, and only of a
+# complete publication: verify/model.json (the card links the verified trace dataset).
 
 
 rule register:

@@ -165,10 +165,26 @@ def is_authorized(key, job):
 
 
 def get_publish_model_inputs(wildcards):
-    """Publishing needs the staged tree only when the record names destinations."""
+    """Publishing needs the staged tree only when the record names destinations; never the traces
+    (the staged card's trace link is pending until link_model_card)."""
     if get_record(wildcards.job).publish is None:
         return {"chain": f"{wildcards.job}/chain.json"}
     return {"stage": f"{wildcards.job}/stage/model", "redaction": f"{wildcards.job}/stage/model.redaction.json"}
+
+
+def get_link_model_card_inputs(wildcards):
+    """The uploaded model (verify/model_upload.json) and its staging, plus verify/traces.json when
+    the record names publish.traces: the runbook verifies the trace dataset before reporting its
+    destination to the model publication, so the card's link waits for it (nothing else does)."""
+    job = wildcards.job
+    publish = get_record(job).publish
+    inputs = {"upload": f"{job}/verify/model_upload.json"}
+    if publish is None:
+        return inputs
+    inputs["stage"] = f"{job}/stage/model"
+    if publish.get("traces"):
+        inputs["traces"] = f"{job}/verify/traces.json"
+    return inputs
 
 
 def get_publish_traces_inputs(wildcards):

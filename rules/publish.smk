@@ -1,6 +1,13 @@
-# Model publication (runbook step 4): stage the flat model with training_logs/ and a model card
-# whose `## Training Traces` links the trace dataset, redact the whole tree, upload additively,
-# download fresh, check again. Not applicable when the record names no destinations.
+# Model publication (runbook step 4) in two phases, so that export and model publication never
+# wait on the trace sync while the card links the trace dataset only once it is verified (the
+# runbook verifies the traces "before reporting the trace destination to the model-publication
+# step"):
+#   stage_model, publish_model: the flat model, training_logs/ and a card whose `## Training Traces`
+#     link is pending; redact the whole tree, upload additively, download fresh, run every check
+#     but the link -> verify/model_upload.json
+#   link_model_card: once verify/traces.json exists, link the dataset in one README-only commit,
+#     download fresh, run every check -> verify/model.json (CONTRACT.md section 4)
+# Not applicable when the record names no destinations.
 
 
 rule stage_model:
@@ -11,7 +18,6 @@ rule stage_model:
         metrics="{job}/metrics/metrics.csv",
         superseded="{job}/metrics/superseded.csv",
         eval="{job}/metrics/eval.csv",
-        trials="{job}/metrics/trials.csv",
         report="{job}/metrics/report.md",
         plot="{job}/metrics/reward.png",
         logs="{job}/sync/logs.tar",
@@ -32,7 +38,7 @@ rule publish_model:
     input:
         unpack(get_publish_model_inputs),
     output:
-        verify="{job}/verify/model.json",
+        verify="{job}/verify/model_upload.json",
     log:
         "{job}/logs/publish_model.log",
     resources:
@@ -73,6 +79,26 @@ rule publish_traces:
         net_io=1,
     params:
         run="rlkeep.hub:publish_traces_step",
+        settings=get_publish_settings,
+    script:
+        RUN_STEP
+
+
+# After both publications: the card's trace link (the README commit also writes the card it
+# committed to <job>/stage/model_card/README.md, next to the staging it completes).
+
+
+rule link_model_card:
+    input:
+        unpack(get_link_model_card_inputs),
+    output:
+        verify="{job}/verify/model.json",
+    log:
+        "{job}/logs/link_model_card.log",
+    resources:
+        net_io=1,
+    params:
+        run="rlkeep.hub:link_model_card_step",
         settings=get_publish_settings,
     script:
         RUN_STEP

@@ -14,8 +14,9 @@ from huggingface_hub import HfApi, constants
 from rlkeep.devserver.hub import LFS_SIZE_THRESHOLD
 from rlkeep.errors import RlkeepError
 from rlkeep.hub import (
-    check_publication, check_publication_main, compare_trees, download_fresh, publish_model, remote_extras,
-    replace_trace_shards, verify_model_publication, verify_trace_publication,
+    TRACES_PENDING, check_publication, check_publication_main, compare_trees, download_fresh, link_traces_in_card,
+    publish_model, publish_model_card, remote_extras, render_model_card, replace_trace_shards,
+    verify_model_publication, verify_trace_publication,
 )
 from tests.support.hub import hub_server, no_client_backoff, stored_blobs
 
@@ -471,3 +472,128 @@ def test_check_publication_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert check_publication_main([str(root)]) == 1
     assert "problem: config.json: missing" in capsys.readouterr().out
     assert check_publication_main([str(tmp_path / "absent")]) == 1
+
+
+# -- the card's trace link: pending until the trace dataset is verified, then one README-only commit ----
+
+
+TRACES_REPO = "laion/rl-qwen3-swe-v3-traces"
+PENDING_CARD = CARD.replace(
+    f"Agent traces: [{TRACES_REPO}](https://huggingface.co/datasets/{TRACES_REPO}).", TRACES_PENDING)
+
+
+def pending_model_files() -> dict[str, bytes | str]:
+    return {**model_files(), "README.md": PENDING_CARD}
+
+
+def test_a_pending_card_passes_every_check_but_the_link_and_a_premature_link_fails_it(tmp_path: Path) -> None:
+    pending = write_tree(tmp_path / "pending", pending_model_files())
+    assert check_publication(pending, pending_traces_link=True) == []
+    assert "links no Hugging Face dataset" in " ".join(check_publication(pending))  # the full check still fails
+    linked = write_tree(tmp_path / "linked", model_files())
+    premature = check_publication(linked, pending_traces_link=True)
+    assert len(premature) == 1 and TRACES_REPO in premature[0]
+    assert "before the trace dataset is verified" in premature[0]
+    (pending / "README.md").write_text(PENDING_CARD.replace("## Training Traces", "## Traces"))
+    assert check_publication(pending, pending_traces_link=True) == ["README.md: no '## Training Traces' section"]
+    (pending / "config.json").unlink()  # every other check still runs
+    assert "config.json: missing" in " ".join(check_publication(pending, pending_traces_link=True))
+
+
+def test_check_publication_cli_pending_link_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pending = write_tree(tmp_path / "pending", pending_model_files())
+    linked = write_tree(tmp_path / "linked", model_files())
+    assert check_publication_main([str(pending)]) == 1  # the contract's check keeps its meaning
+    assert check_publication_main([str(pending), "--pending-traces-link"]) == 0
+    assert "Training Traces link, which is pending" in capsys.readouterr().out
+    assert check_publication_main([str(linked), "--pending-traces-link"]) == 1
+    assert "before the trace dataset is verified" in capsys.readouterr().out
+    assert check_publication_main([str(linked)]) == 0
+    with pytest.raises(SystemExit):
+        check_publication_main([str(linked), "--pending-traces-link", "--dataset", TRACES_REPO])
+
+
+def rendered_card() -> str:
+    return render_model_card(job="rl-demo", publish={"model": "demo/rl-demo", "traces": "demo/rl-demo-traces"},
+                             base_model="demo/base", selected={"step": 40, "rule": {"kind": "latest"},
+                                                               "rationale": "latest complete checkpoint"},
+                             export={"format": "hf"}, chain={"attempts": [{"id": "/demo/rl-demo"}]},
+                             tracker_url=None, training_logs=["metrics.csv"])
+
+
+def test_the_staged_card_does_not_name_the_dataset_and_linking_changes_only_its_section_and_front_matter(
+        tmp_path: Path) -> None:
+    import yaml
+
+    card = rendered_card()
+    assert "rl-demo-traces" not in card and TRACES_PENDING in card
+    url = "http://127.0.0.1:9/datasets/demo/rl-demo-traces"
+    linked = link_traces_in_card(card, "demo/rl-demo-traces", url)
+    root = write_tree(tmp_path / "m", {**model_files(), "README.md": linked})
+    assert check_publication(root, endpoint="http://127.0.0.1:9", expected_dataset="demo/rl-demo-traces") == []
+    assert yaml.safe_load(linked.split("---\n")[1])["datasets"] == ["demo/rl-demo-traces"]
+    assert link_traces_in_card(linked, "demo/rl-demo-traces", url) == linked  # a rerun commits the same bytes
+    # everything outside the front matter and the Training Traces section is unchanged
+    before, after = card.split("---\n", 2)[2], linked.split("---\n", 2)[2]
+    assert before.replace(TRACES_PENDING, "") == after.replace(f"[demo/rl-demo-traces]({url})", "").replace(
+        "The agent traces of this run are the dataset , rebuilt from the full durable trace tree.", "")
+    with pytest.raises(RlkeepError, match="no '## Training Traces' section"):
+        link_traces_in_card(card.replace("## Training Traces", "## Traces"), "demo/rl-demo-traces", url)
+
+
+def test_the_card_commit_changes_readme_only_and_deletes_nothing(hub_server, tmp_path: Path, redactor) -> None:
+    api = HfApi(endpoint=hub_server.url, token=hub_server.token)
+    stage = write_tree(tmp_path / "stage", pending_model_files())
+    uploaded = publish_model(stage, "laion/card", private=True, commit_message="upload", **hub_kwargs(hub_server))
+    upload_evidence = verify_model_publication(stage, "laion/card", uploaded["commit"], tmp_path / "v1",
+                                               redactor=redactor, pending_traces_link=True, **hub_kwargs(hub_server))
+    assert "check-publication --pending-traces-link" in upload_evidence["checks"]
+    with pytest.raises(RlkeepError, match="links no Hugging Face dataset"):  # the full check needs the link
+        verify_model_publication(stage, "laion/card", uploaded["commit"], tmp_path / "v2", redactor=redactor,
+                                 **hub_kwargs(hub_server))
+
+    card = tmp_path / "card" / "README.md"
+    card.parent.mkdir()
+    card.write_text(CARD)  # the linked card
+    hub_server.clear_requests()
+    linked = publish_model_card(card, "laion/card", commit_message="link", **hub_kwargs(hub_server))
+    assert linked["parent"] == uploaded["commit"] and linked["no_op"] is False
+    assert len([r for r in hub_server.requests() if r["kind"] == "commit"]) == 1
+    before = {f.rfilename: f.blob_id for f in api.list_repo_tree("laion/card", revision=uploaded["commit"],
+                                                                  recursive=True) if hasattr(f, "blob_id")}
+    after = {f.rfilename: f.blob_id for f in api.list_repo_tree("laion/card", revision=linked["commit"],
+                                                                 recursive=True) if hasattr(f, "blob_id")}
+    assert set(after) == set(before) and {k for k in after if after[k] != before[k]} == {"README.md"}
+
+    evidence = verify_model_publication(stage, "laion/card", linked["commit"], tmp_path / "v3", redactor=redactor,
+                                        traces_repo=TRACES_REPO, card=card, **hub_kwargs(hub_server))
+    assert evidence["verified_commit"] == linked["commit"]
+    assert {f["path"]: f["sha256"] for f in evidence["files"]}["README.md"] == hashlib.sha256(CARD.encode()).hexdigest()
+    with pytest.raises(RlkeepError, match="README.md: size differs"):  # staging's card is the pending one
+        verify_model_publication(stage, "laion/card", linked["commit"], tmp_path / "v4", redactor=redactor,
+                                 traces_repo=TRACES_REPO, **hub_kwargs(hub_server))
+
+    hub_server.edit_file("laion/card", "notes/colleague.md", b"kept\n")
+    hub_server.clear_requests()
+    again = publish_model_card(card, "laion/card", commit_message="link", **hub_kwargs(hub_server))
+    assert again["no_op"] is True and [r for r in hub_server.requests() if r["kind"] == "commit"] == []
+    assert "notes/colleague.md" in api.list_repo_files("laion/card")
+
+
+def test_a_failed_card_commit_changes_nothing_and_a_rerun_completes(hub_server, tmp_path: Path,
+                                                                    no_client_backoff: None) -> None:
+    api = HfApi(endpoint=hub_server.url, token=hub_server.token)
+    stage = write_tree(tmp_path / "stage", pending_model_files())
+    head = publish_model(stage, "laion/card-fault", private=True, commit_message="upload",
+                         **hub_kwargs(hub_server))["commit"]
+    card = write_tree(tmp_path / "card", {"README.md": CARD}) / "README.md"
+    hub_server.fail_next("commit", 1)
+    with pytest.raises(RlkeepError) as caught:
+        publish_model_card(card, "laion/card-fault", commit_message="link", **hub_kwargs(hub_server))
+    message = str(caught.value)
+    assert "laion/card-fault" in message and "model card commit" in message and "HTTP 500" in message
+    assert hub_server.token not in message and card.read_text() == CARD
+    assert api.repo_info("laion/card-fault").sha == head
+    hub_server.clear_faults()
+    linked = publish_model_card(card, "laion/card-fault", commit_message="link", **hub_kwargs(hub_server))
+    assert linked["parent"] == head and api.repo_info("laion/card-fault").sha == linked["commit"]

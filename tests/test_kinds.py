@@ -45,6 +45,9 @@ def test_every_kind_names_real_steps_and_rl_runs_them_all() -> None:
     assert spec_for("eval").trace_tree == "eval_jobs" and spec_for("eval").trial_depth == 2
     assert spec_for("sft").expected_archive_trees == ("logs/",)
     assert spec_for("datagen").verify_sentinels == ("traces", "archive")
+    # rl: the uploaded model, the traces, the card that links them (after both), the archive
+    assert spec_for("rl").verify_sentinels == ("model_upload", "traces", "model", "archive")
+    assert names.index("link_model_card") > max(names.index("publish_model"), names.index("publish_traces"))
     assert spec_for("eval").trial_of("tb/trial__abc/agent/trajectory.json") == ("tb/trial__abc", "agent/trajectory.json")
     assert spec_for("eval").trial_of("tb/result.json") is None
 
@@ -216,7 +219,7 @@ def test_sft_on_a_file_store_with_slurm_reaches_done_and_reclaims_under_authorit
     assert plan.returncode == 0, plan.stderr[-3000:]
     planned = plan.stdout + plan.stderr
     for absent in ("sync_traces", "metric_surface", "trial_table", "list_checkpoints", "export_model",
-                   "publish_model", "stage_traces", "register"):
+                   "publish_model", "link_model_card", "stage_traces", "register"):
         assert f"rule {absent}:" not in planned and f"\n{absent} " not in planned, absent
 
     result = run_snakemake(data_root, f"{job}/DONE", env=env)
@@ -278,12 +281,14 @@ def test_datagen_publishes_its_traces_and_archives_to_a_hub_dataset(tmp_path: Pa
 
     result = run_snakemake(data_root, f"{job}/DONE", env=env)
     assert result.returncode == 0, result.stderr[-4000:]
-    assert not {"export_model", "metric_surface", "publish_model", "register"} & ran_rules(result)
+    assert not {"export_model", "metric_surface", "publish_model", "link_model_card", "register"} & ran_rules(result)
     done = done_of(data_root, job)
     assert done["kind"] == "datagen"
     assert done["steps"]["publish_traces"] == "completed" and done["steps"]["publish_model"] == "not_applicable"
     assert done["destinations"]["traces"] == f"demo/{job}-traces" and done["destinations"]["model"] is None
-    assert done["verification"] == {"model": "not_applicable", "traces": "completed", "archive": "completed"}
+    assert done["verification"] == {"model_upload": "not_applicable", "model": "not_applicable", "traces": "completed",
+                                    "archive": "completed"}
+    assert done["steps"]["link_model_card"] == "not_applicable"
     traces = json.loads((data_root / job / "sync" / "trace_jobs.manifest.json").read_text())
     assert traces["trials_started"] == run.trials_started and traces["trials_completed"] == run.trials_completed
 
@@ -319,7 +324,7 @@ def test_eval_keeps_its_two_level_tree_and_skips_only_large_recordings(tmp_path:
     assert done["kind"] == "eval" and done["remaining_work"] == []
     assert {name for name, status in done["steps"].items() if status == "not_applicable"} >= {
         "list_checkpoints", "metric_surface", "trial_table", "select_checkpoint", "export_model", "publish_model",
-        "publish_traces", "register"}
+        "publish_traces", "link_model_card", "register"}
     traces = json.loads((data_root / job / "sync" / "trace_jobs.manifest.json").read_text())
     assert traces["source"] == f"{store_url}/eval_jobs" and traces["trial_depth"] == 2
     assert traces["trials_started"] == run.trials_started and traces["trials_completed"] == run.trials_completed

@@ -44,6 +44,7 @@ UPLOAD_IGNORE_PATTERNS = [".*", "*/.*"]  # fnmatch '*' spans '/': any hidden pat
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
 BPE_TOKENIZER_PAIR = ("vocab.json", "merges.txt")
 TRACES_HEADING = "## Training Traces"
+CARD_NAME = "README.md"
 MANIFEST_NAME = "trace_export_manifest.json"
 TRAIN_SHARD_RE = re.compile(r"^data/train-[^/]*\.parquet$")
 DATA_SHARD_RE = re.compile(r"^data/[^/]+\.parquet$")
@@ -207,11 +208,13 @@ def dataset_links(text: str, endpoint: str | None) -> list[str]:
 
 
 def check_publication(model_dir: Path, *, endpoint: str | None = None,
-                      expected_dataset: str | None = None) -> list[str]:
+                      expected_dataset: str | None = None, pending_traces_link: bool = False) -> list[str]:
     """Problems that keep `model_dir` (a downloaded model repo) from being a complete publication.
 
     endpoint: a Hub whose /datasets/ URLs also count as dataset links (default $HF_ENDPOINT).
     expected_dataset: when given, the Training Traces link must name this dataset.
+    pending_traces_link: every check but the link, for a model published before its trace dataset
+    was verified: the card's Training Traces section must exist and link no dataset yet.
     """
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
@@ -228,7 +231,7 @@ def check_publication(model_dir: Path, *, endpoint: str | None = None,
         problems.append("training_logs/: missing (trainer logs and metrics must be published with the model)")
     elif not any(path.is_file() and path.stat().st_size > 0 for path in logs.rglob("*")):
         problems.append("training_logs/: empty (no non-empty file)")
-    problems += _card_problems(model_dir, endpoint, expected_dataset)
+    problems += _card_problems(model_dir, endpoint, expected_dataset, pending_traces_link)
     return problems
 
 
@@ -260,7 +263,8 @@ def _config_problems(model_dir: Path) -> list[str]:
     return []
 
 
-def _card_problems(model_dir: Path, endpoint: str | None, expected_dataset: str | None) -> list[str]:
+def _card_problems(model_dir: Path, endpoint: str | None, expected_dataset: str | None,
+                   pending_traces_link: bool = False) -> list[str]:
     card = model_dir / "README.md"
     if not card.is_file():
         return ["README.md: missing (model card with a '## Training Traces' section)"]
@@ -268,6 +272,9 @@ def _card_problems(model_dir: Path, endpoint: str | None, expected_dataset: str 
     if section is None:
         return [f"README.md: no '{TRACES_HEADING}' section"]
     links = dataset_links(section, endpoint)
+    if pending_traces_link:
+        return [f"README.md: the '{TRACES_HEADING}' section links {', '.join(links)} before the trace dataset "
+                "is verified (the link is added once verify/traces.json exists)"] if links else []
     if not links:
         return [f"README.md: the '{TRACES_HEADING}' section links no Hugging Face dataset "
                 f"(expected {PUBLIC_HUB}/datasets/<namespace>/<name>)"]
@@ -283,13 +290,23 @@ def check_publication_main(argv: list[str]) -> int:
     parser.add_argument("dir", type=Path, help="the downloaded model repo")
     parser.add_argument("--endpoint", default=None, help="Hub whose /datasets/ links count (default $HF_ENDPOINT)")
     parser.add_argument("--dataset", default=None, help="the trace dataset the card must link (namespace/name)")
+    parser.add_argument("--pending-traces-link", action="store_true",
+                        help="every check but the link: the card's Training Traces section must exist and link no "
+                             "dataset yet (a model published before its trace dataset was verified)")
     args = parser.parse_args(argv)
-    problems = check_publication(args.dir, endpoint=args.endpoint, expected_dataset=args.dataset)
+    if args.pending_traces_link and args.dataset:
+        parser.error("--dataset names the link that --pending-traces-link says is not there yet; pass one of them")
+    problems = check_publication(args.dir, endpoint=args.endpoint, expected_dataset=args.dataset,
+                                 pending_traces_link=args.pending_traces_link)
     for problem in problems:
         print(f"problem: {problem}")
     if problems:
         print(f"{args.dir}: {len(problems)} problem(s); not a complete model publication")
         return 1
+    if args.pending_traces_link:
+        print(f"{args.dir}: model publication complete but for the Training Traces link, which is pending "
+              "(weights, config, tokenizer, training_logs/, Training Traces section)")
+        return 0
     print(f"{args.dir}: complete model publication (weights, config, tokenizer, training_logs/, Training Traces link)")
     return 0
 
@@ -423,6 +440,29 @@ def publish_model(stage_dir: Path, repo_id: str, *, private: bool, endpoint: str
             "private": is_private, "no_op": info.oid == head, "files": sorted(files)}
 
 
+def publish_model_card(card: Path, repo_id: str, *, endpoint: str | None = None, token: str | None = None,
+                       commit_message: str) -> dict[str, Any]:
+    """Replace README.md of an existing model repo in one commit that touches no other file.
+
+    Returns {"repo_id", "repo_type", "commit", "parent", "no_op", "files"}; no_op means main
+    already held this card and no commit was made.
+    """
+    card = Path(card)
+    check_repo_id(repo_id)
+    if not card.is_file():
+        raise RlkeepError(f"{card}: the model card to publish is missing")
+    target = resolve_target(endpoint, token)
+    api = target.api()
+    head = head_of(api, target, repo_id, "model")
+    operation = CommitOperationAdd(path_in_repo=CARD_NAME, path_or_fileobj=str(card))
+    note = f"The card {card} is kept and the rest of the repo untouched; rerunning completes it"
+    with hub_step(target, "model", repo_id, "model card commit", note):
+        info = api.create_commit(repo_id, [operation], commit_message=commit_message, repo_type="model",
+                                 parent_commit=head)
+    return {"repo_id": repo_id, "repo_type": "model", "commit": info.oid, "parent": head,
+            "no_op": info.oid == head, "files": [CARD_NAME]}
+
+
 def download_fresh(repo_id: str, dest: Path, *, repo_type: str, revision: str, endpoint: str | None = None,
                    token: str | None = None) -> Path:
     """Download the repo at `revision` into `dest`, a new or empty directory; nothing is left on failure."""
@@ -463,11 +503,15 @@ def _finding_text(finding: Any) -> str:
 
 def verify_model_publication(stage_dir: Path, repo_id: str, commit: str, work_dir: Path, *, redactor: Any,
                              endpoint: str | None = None, token: str | None = None,
-                             traces_repo: str | None = None) -> dict[str, Any]:
+                             traces_repo: str | None = None, pending_traces_link: bool = False,
+                             card: Path | None = None) -> dict[str, Any]:
     """Fresh download of main into a new dir under `work_dir`, then: redaction check, publication
     checks, and the downloaded tree equals staging. Returns the evidence; raises RlkeepError
     listing every problem. Main having moved past `commit` is fine as long as its content still
     equals staging (a remote edit shows up as a content difference).
+
+    pending_traces_link: check everything but the Training Traces link (which must not be there
+    yet); card: the README.md that replaced staging's on the Hub (the card with the link).
     """
     from rlkeep.redaction import redact_tree  # rlkeep.redaction imports nothing from here
 
@@ -487,9 +531,13 @@ def verify_model_publication(stage_dir: Path, repo_id: str, commit: str, work_di
     if findings:
         shown = ", ".join(_finding_text(finding) for finding in findings[:20])
         problems.append(f"redaction check: {len(findings)} credential-shaped finding(s) in the download: {shown}")
-    problems += check_publication(download_dir, endpoint=target.endpoint, expected_dataset=traces_repo)
+    problems += check_publication(download_dir, endpoint=target.endpoint, expected_dataset=traces_repo,
+                                  pending_traces_link=pending_traces_link)
     remote = digest_files(downloaded_files(download_dir))
-    problems += tree_differences(digest_files(staged_files(stage_dir)), remote)
+    expected = staged_files(stage_dir)
+    if card is not None:
+        expected[CARD_NAME] = Path(card)
+    problems += tree_differences(digest_files(expected), remote)
     if problems:
         raise RlkeepError(target.scrub(
             f"model repo {repo_id} at {target.endpoint} failed verification (main at {head}, published {commit}; "
@@ -502,7 +550,9 @@ def verify_model_publication(stage_dir: Path, repo_id: str, commit: str, work_di
         "redaction_files_scanned": getattr(redaction, "files_scanned", None),
         "redaction_files_skipped": [list(item) for item in getattr(redaction, "files_skipped", [])],
         "publication_problems": 0,
-        "checks": ["fresh download", "redaction check", "check-publication", "download equals staging"],
+        "checks": ["fresh download", "redaction check",
+                   "check-publication --pending-traces-link" if pending_traces_link else "check-publication",
+                   "download equals staging" + (" with the linked model card" if card is not None else "")],
     }
 
 
@@ -625,7 +675,8 @@ def _manifest_problems(api: HfApi, target: HubTarget, repo_id: str, head: str, s
 
 __all__ = [
     "ALLOWED_REMOTE_EXTRAS", "HubTarget", "check_publication", "check_publication_main", "compare_trees",
-    "download_fresh", "publish_model", "remote_extras", "replace_trace_shards", "resolve_target",
+    "download_fresh", "link_traces_in_card", "publish_model", "publish_model_card", "remote_extras",
+    "render_model_card", "replace_trace_shards", "resolve_target",
     "verify_model_publication", "verify_trace_publication",
 ]
 
@@ -639,10 +690,20 @@ def dataset_url(repo_id: str, endpoint: str | None = None) -> str:
     return f"{base}/datasets/{repo_id}"
 
 
+TRACES_PENDING = ("The link to this run's agent trace dataset is pending trace verification: it is added here "
+                  "once the dataset, rebuilt from the full durable trace tree, has passed its coverage gate and "
+                  "its remote verification.")
+
+
+def traces_section_body(repo_id: str, url: str) -> str:
+    return f"The agent traces of this run are the dataset [{repo_id}]({url}), rebuilt from the full durable trace tree."
+
+
 def render_model_card(*, job: str, publish: dict[str, Any], base_model: str | None, selected: dict[str, Any],
                       export: dict[str, Any], chain: dict[str, Any], tracker_url: str | None,
-                      training_logs: list[str], endpoint: str | None = None) -> str:
-    """README.md with YAML front matter. base_model comes from the record only, never guessed."""
+                      training_logs: list[str]) -> str:
+    """README.md with YAML front matter, its Training Traces link pending (link_traces_in_card adds
+    it once the trace dataset is verified). base_model comes from the record only, never guessed."""
     import yaml
 
     front: dict[str, Any] = {}
@@ -650,7 +711,6 @@ def render_model_card(*, job: str, publish: dict[str, Any], base_model: str | No
         front["base_model"] = base_model
     front["library_name"] = "transformers"
     front["tags"] = ["reinforcement-learning", "agentic", "skyrl", "harbor", "rlkeep"]
-    front["datasets"] = [publish["traces"]]
     attempts = [a.get("id") for a in chain.get("attempts", [])]
     rule = selected.get("rule") or {}
     lines = [
@@ -672,14 +732,50 @@ def render_model_card(*, job: str, publish: dict[str, Any], base_model: str | No
         f"- Source format: {export.get('format', 'unknown')}; parameters (counted from the tensors): "
         f"{export.get('parameter_count', 'unknown')}",
         "", "## Training logs", "",
-        "`training_logs/` holds the metric surface across the chain, the per-trial results, the report and "
-        "every attempt's trainer log:", "",
+        "`training_logs/` holds the metric surface across the chain, its report and every attempt's trainer log "
+        "(the per-trial results are in the trace dataset):", "",
         *[f"- `training_logs/{name}`" for name in training_logs],
         "", TRACES_HEADING, "",
-        f"The agent traces of this run are the dataset [{publish['traces']}]({dataset_url(publish['traces'], endpoint)}), "
-        "rebuilt from the full durable trace tree.", "",
+        TRACES_PENDING, "",
     ]
     return "\n".join(lines)
+
+
+def _replace_section(text: str, heading: str, body: str) -> str:
+    """`text` with the body of its first `heading` section (outside code fences) replaced."""
+    level = len(heading) - len(heading.lstrip("#"))
+    lines = text.splitlines()
+    start = end = None
+    fenced = False
+    for index, line in enumerate(lines):
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        if fenced:
+            continue
+        if start is None and line.rstrip().rstrip("#").rstrip() == heading:
+            start = index
+        elif start is not None and re.match(rf"^#{{1,{level}}}\s", line):
+            end = index
+            break
+    if start is None:
+        raise RlkeepError(f"the model card has no '{heading}' section to complete")
+    end = len(lines) if end is None else end
+    return "\n".join([*lines[:start + 1], "", body, "", *lines[end:]]).rstrip("\n") + "\n"
+
+
+def link_traces_in_card(card: str, repo_id: str, url: str) -> str:
+    """The model card with its Training Traces section linking the verified trace dataset and
+    `datasets:` in its front matter naming it (the Hub shows the link from there too)."""
+    import yaml
+
+    check_repo_id(repo_id)
+    if card.startswith("---\n") and (close := card.find("\n---\n", 4)) != -1:
+        front = yaml.safe_load(card[4:close]) or {}
+        if not isinstance(front, dict):
+            raise RlkeepError("the model card's front matter is not a YAML mapping")
+        front["datasets"] = [repo_id]
+        card = "---\n" + yaml.safe_dump(front, sort_keys=False) + card[close + 1:]
+    return _replace_section(card, TRACES_HEADING, traces_section_body(repo_id, url))
 
 
 def _link_or_copy(source: Path, target: Path) -> None:
@@ -691,11 +787,12 @@ def _link_or_copy(source: Path, target: Path) -> None:
 
 
 def _training_logs(ctx: Any, logs_dir: Path) -> list[str]:
-    """Metric surface, trial results, report and the chain's trainer logs into training_logs/."""
+    """Metric surface, its report and the chain's trainer logs into training_logs/. Nothing here
+    comes from the trace tree: model publication never waits on the trace sync."""
     import tarfile
 
     names = []
-    for key in ("metrics", "trials", "report", "superseded", "eval", "plot"):
+    for key in ("metrics", "report", "superseded", "eval", "plot"):
         path = ctx.inputs.get(key)
         if path is not None and path.is_file():
             shutil.copyfile(path, logs_dir / path.name)
@@ -740,7 +837,7 @@ def stage_model_step(ctx: Any) -> None:
         card = render_model_card(job=ctx.job, publish=publish, base_model=ctx.record.base_model,
                                  selected=read_json(ctx.inputs["selected"]), export=read_json(ctx.inputs["export"]),
                                  chain=read_json(ctx.inputs["chain"]), tracker_url=ctx.record.tracker_url,
-                                 training_logs=names)
+                                 training_logs=names)  # its trace link waits for verify/traces.json
         (partial / "README.md").write_text(card, encoding="utf-8")
         redactor = redactor_from_environment()
         redacted = redact_tree(partial, redactor)
@@ -748,7 +845,7 @@ def stage_model_step(ctx: Any) -> None:
         if remaining.findings:
             raise RlkeepError(f"{stage}: credential-shaped text remains after redaction: "
                               + ", ".join(f"{f.path}:{f.line} ({f.kind})" for f in remaining.findings[:10]))
-        problems = check_publication(partial, expected_dataset=publish["traces"])
+        problems = check_publication(partial, pending_traces_link=True)
         if problems:
             raise RlkeepError(f"{stage}: staged model is not publishable: " + "; ".join(problems))
         if stage.exists():
@@ -781,7 +878,8 @@ def _destinations_or_not_applicable(ctx: Any) -> dict[str, Any] | None:
 
 
 def publish_model_step(ctx: Any) -> None:
-    """`<job>/verify/model.json`: upload additively, download fresh, check again."""
+    """`<job>/verify/model_upload.json`: upload the staged model additively (its card's trace link
+    pending), download fresh, run the redaction check and every publication check but the link."""
     from rlkeep.jsonio import write_json
     from rlkeep.redaction import redactor_from_environment
     from rlkeep.steps import check_transfer
@@ -795,11 +893,70 @@ def publish_model_step(ctx: Any) -> None:
                               commit_message=f"rlkeep: publish {ctx.job}")
     work_dir = ctx.work_dir("publish_model")
     evidence = verify_model_publication(stage, publish["model"], published["commit"], work_dir,
-                                        redactor=redactor_from_environment(), traces_repo=publish["traces"])
+                                        redactor=redactor_from_environment(), pending_traces_link=True)
     download = evidence.get("download_dir")
     if download:
         shutil.rmtree(download, ignore_errors=True)
-    write_json(ctx.outputs["verify"], {**evidence, "status": "completed", "published": published})
+    write_json(ctx.outputs["verify"], {**evidence, "status": "completed", "published": published,
+                                       "training_traces_link": "pending trace verification"})
+
+
+def _verified_traces(ctx: Any, repo_id: str) -> dict[str, Any]:
+    """verify/traces.json of this record's trace dataset: the destination the card may link."""
+    from rlkeep.jsonio import read_json
+
+    path = ctx.inputs["traces"]
+    evidence = read_json(path)
+    if not isinstance(evidence, dict) or evidence.get("status") != "completed":
+        status = evidence.get("status") if isinstance(evidence, dict) else type(evidence).__name__
+        raise RlkeepError(f"{path}: status {status!r}; the model card links the trace dataset only once it is "
+                          "verified (status 'completed')")
+    if evidence.get("repo_id") != repo_id or not evidence.get("url"):
+        raise RlkeepError(f"{path}: verifies {evidence.get('repo_id')!r}, not the record's publish.traces "
+                          f"{repo_id!r}; rerun publish_traces")
+    return evidence
+
+
+def link_model_card_step(ctx: Any) -> None:
+    """`<job>/verify/model.json`: once the trace dataset is verified, link it from the model card
+    in one commit that changes README.md only, download fresh and run every check again, the link
+    included. The card committed is kept in <job>/stage/model_card/README.md."""
+    from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
+    from rlkeep.redaction import redact_tree, redactor_from_environment
+
+    publish = _destinations_or_not_applicable(ctx)
+    if publish is None:
+        return
+    upload = read_json(ctx.inputs["upload"])
+    if upload.get("status") != "completed":
+        raise RlkeepError(f"{ctx.inputs['upload']}: status {upload.get('status')!r}; the model must be uploaded "
+                          "and verified before its card is completed")
+    repo_id = publish.get("traces")
+    if not repo_id:
+        raise RlkeepError(f"{ctx.record.path}: field 'publish.traces' is missing; the model card's Training Traces "
+                          "section needs the trace dataset the record names")
+    traces = _verified_traces(ctx, repo_id)
+    stage = ctx.inputs["stage"]
+    card = ctx.job_dir / "stage" / "model_card" / CARD_NAME
+    linked = link_traces_in_card((stage / CARD_NAME).read_text(encoding="utf-8"), repo_id, traces["url"])
+    atomic_write_bytes(card, linked.encode("utf-8"))
+    redactor = redactor_from_environment()
+    findings = redact_tree(card.parent, redactor, check=True).findings
+    if findings:
+        raise RlkeepError(f"{card}: credential-shaped text in the model card: "
+                          + ", ".join(_finding_text(finding) for finding in findings[:10]))
+    published = publish_model_card(card, publish["model"],
+                                   commit_message=f"rlkeep: link the verified trace dataset {repo_id}")
+    evidence = verify_model_publication(stage, publish["model"], published["commit"], ctx.work_dir("link_model_card"),
+                                        redactor=redactor, traces_repo=repo_id, card=card)
+    download = evidence.get("download_dir")
+    if download:
+        shutil.rmtree(download, ignore_errors=True)
+    write_json(ctx.outputs["verify"], {
+        **evidence, "status": "completed", "published": published, "upload_commit": upload.get("commit"),
+        "card": card.relative_to(ctx.job_dir).as_posix(),
+        "training_traces_link": {"dataset": repo_id, "url": traces["url"], "traces_commit": traces.get("commit")},
+    })
 
 
 def publish_traces_step(ctx: Any) -> None:

@@ -46,8 +46,10 @@ class KindSpec:
 
     @property
     def verify_sentinels(self) -> tuple[str, ...]:
-        """The verify/<name>.json files that must exist before reclamation (archive always)."""
-        by_step = {"publish_model": "model", "publish_traces": "traces", "verify_archive": "archive"}
+        """The verify/<name>.json files that must exist before reclamation (archive always): rl's
+        model_upload (the model on the Hub, its trace link pending) and model (the complete card)."""
+        by_step = {"publish_model": "model_upload", "publish_traces": "traces", "link_model_card": "model",
+                   "verify_archive": "archive"}
         return tuple(by_step[step] for step in self.steps if step in by_step)
 
     def applies(self, step: str) -> bool:
@@ -71,8 +73,8 @@ RL = KindSpec(
     name="rl",
     description="agentic RL (SkyRL + Harbor, Iris): the full cleanup runbook",
     steps=("capture_chain", "stop_retries", "sync_logs", "sync_traces", "list_checkpoints", "metric_surface",
-           "trial_table", "select_checkpoint", "export_model", "publish_model", "publish_traces", "register", "archive",
-           "verify_archive", "reclaim"),
+           "trial_table", "select_checkpoint", "export_model", "publish_model", "publish_traces", "link_model_card",
+           "register", "archive", "verify_archive", "reclaim"),
     trace_tree="trace_jobs",
     trial_depth=1,
     record_sections=frozenset({"checkpoint", "publish", "register"}),

@@ -27,6 +27,7 @@ class Step:
     evidence: str  # the file (relative to <job>/) whose status counts
     remaining: str  # what an operator does when this step is blocked or pending
     upstream: tuple[str, ...] = ()  # rules of this step only (e.g. staging) whose failure blocks it
+    needs: tuple[str, ...] = ()  # other steps whose evidence it takes: it is blocked while one of them is
 
 
 STEPS: tuple[Step, ...] = (
@@ -42,17 +43,24 @@ STEPS: tuple[Step, ...] = (
          "declare checkpoint.rule in the record (ema_max, latest or step) from the listed candidates, then rerun"),
     Step("export_model", "export.json",
          "consolidate the selected checkpoint as the log says (an export job for Megatron), then rerun"),
-    Step("publish_model", "verify/model.json",
+    Step("publish_model", "verify/model_upload.json",
          "fix the publication problem named in the log (staging is kept), then rerun: the upload resumes",
          upstream=("stage_model",)),
     Step("publish_traces", "verify/traces.json", "fix the trace dataset problem named in the log (coverage, Hub), then rerun",
-         upstream=("stage_traces",)),
+         upstream=("stage_traces",), needs=("sync_traces",)),
+    Step("link_model_card", "verify/model.json",
+         "the model card links the trace dataset only once verify/traces.json exists: fix what holds the traces "
+         "back (named in the reason), then rerun; the link is one commit that changes README.md only",
+         needs=("publish_model", "publish_traces")),
     Step("register", "register.json", "resolve the registry problem named in the log, then rerun"),
     Step("archive", "archive/MANIFEST", "fix the archive problem named in the log, then rerun"),
     Step("verify_archive", "verify/archive.json",
          "make archive.dest reachable or fix the mismatch named in the log, then rerun"),
     Step("reclaim", "reclaim.json", "rerun with --config reclaim_authorized=<job> once every verification passed"),
 )
+
+
+STEP_BY_NAME = {step.name: step for step in STEPS}
 
 
 def step_status(job_dir: Path, step: Step) -> dict[str, Any]:
@@ -66,11 +74,26 @@ def step_status(job_dir: Path, step: Step) -> dict[str, Any]:
         else:
             status = "completed"
         return {"status": status, "evidence": step.evidence}
+    for name in step.needs:
+        held = _blocked_need(job_dir, name)
+        if held is not None:
+            root, info = held
+            return {"status": "blocked", "blocked_by": root, "log": info["log"], "remaining": step.remaining,
+                    "reason": f"waits for {STEP_BY_NAME[name].evidence} ({name}); {root} is blocked: {info['reason']}"}
     for rule in (*step.upstream, step.name):
         reason = last_error(job_dir / "logs" / f"{rule}.log")
         if reason is not None:
             return {"status": "blocked", "reason": reason, "log": f"logs/{rule}.log", "remaining": step.remaining}
     return {"status": "pending", "remaining": step.remaining}
+
+
+def _blocked_need(job_dir: Path, name: str) -> tuple[str, dict[str, Any]] | None:
+    """(the step at the root of the blockage, its status) when step `name` is blocked."""
+    info = step_status(job_dir, STEP_BY_NAME[name])
+    if info["status"] != "blocked":
+        return None
+    root = info.get("blocked_by", name)
+    return root, step_status(job_dir, STEP_BY_NAME[root]) if root != name else info
 
 
 def last_error(log_path: Path) -> str | None:
@@ -156,7 +179,7 @@ ARTIFACT_STEPS: dict[str, tuple[str, ...]] = {
     "tokenizer_configuration": ("list_checkpoints", "metric_surface", "select_checkpoint", "export_model",
                                 "publish_model"),
     "training_logs": ("sync_logs", "metric_surface", "export_model", "publish_model"),
-    "training_traces_link": ("sync_traces", "publish_traces", "publish_model"),
+    "training_traces_link": ("sync_traces", "publish_traces", "publish_model", "link_model_card"),
 }
 
 
@@ -171,23 +194,29 @@ def blocking_reason(steps: dict[str, dict[str, Any]], names: tuple[str, ...]) ->
     return None
 
 
+def _completed(path: Path) -> bool:
+    return (_optional_json(path) or {}).get("status") == "completed"
+
+
 def artifact_table(job_dir: Path, record: JobRecord, steps: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """present | absent | not_applicable for each required model artifact (runbook completion
-    record), the reason of each absent one, and what the table describes (scope)."""
+    record), the reason of each absent one, and what the table describes (scope).
+
+    verify/model_upload.json: a fresh download of the model passed every check but the card's
+    trace link; verify/model.json: the card links the verified trace dataset and every check
+    passed again. Both are checks of the Hub copy, so they outrank the local folders."""
     if not record.spec.applies("export_model"):  # sft, datagen, eval: rlkeep makes no model
         return {"artifacts": {key: "not_applicable" for key in ARTIFACTS}, "reasons": {},
                 "scope": f"a {record.spec.name} run has no model"}
-    verify = _optional_json(job_dir / "verify" / "model.json")
-    if record.publish is not None and verify is not None and verify.get("status") == "completed":
-        # the fresh download passed check-publication: every item was checked on the Hub copy, unless the
-        # publication reports its own table (a model published before its trace link)
-        reported = verify.get("artifacts")
-        states = {key: (reported or {}).get(key, "present") for key in ARTIFACTS}
-        reasons = dict(verify.get("artifact_reasons") or {})
-        for key in ARTIFACTS:
-            if states[key] == "absent" and key not in reasons:
-                reasons[key] = blocking_reason(steps, ARTIFACT_STEPS[key]) or "not in the verified publication"
-        return {"artifacts": states, "reasons": {k: v for k, v in reasons.items() if states.get(k) == "absent"},
+    if record.publish is not None and _completed(job_dir / "verify" / "model_upload.json"):
+        linked = _completed(job_dir / "verify" / "model.json")
+        states = {key: "present" for key in ARTIFACTS}
+        reasons = {}
+        if not linked:
+            states["training_traces_link"] = "absent"
+            reasons["training_traces_link"] = (blocking_reason(steps, ARTIFACT_STEPS["training_traces_link"])
+                                               or "link_model_card pending")
+        return {"artifacts": states, "reasons": reasons,
                 "scope": f"published model {record.publish.get('model')} (verified fresh download)"}
     model = job_dir / "model"
     exported = (job_dir / "export.json").is_file()
@@ -235,7 +264,8 @@ def complete_candidates(job_dir: Path) -> list[int] | None:
     return sorted(int(c["step"]) for c in data.get("candidates", []) if isinstance(c, dict) and c.get("complete", True))
 
 
-VERIFY_STEPS = {"model": "publish_model", "traces": "publish_traces", "archive": "verify_archive"}
+VERIFY_STEPS = {"model_upload": "publish_model", "model": "link_model_card", "traces": "publish_traces",
+                "archive": "verify_archive"}
 
 
 def build_completion_record(job_dir: Path, record: JobRecord,
@@ -247,7 +277,8 @@ def build_completion_record(job_dir: Path, record: JobRecord,
     retries = _optional_json(job_dir / "retries.json") or {}
     selected = _optional_json(job_dir / "checkpoint" / "selected.json") or {}
     export = _optional_json(job_dir / "export.json") or {}
-    verify_model = _optional_json(job_dir / "verify" / "model.json") or {}
+    verify_model = (_optional_json(job_dir / "verify" / "model.json")
+                    or _optional_json(job_dir / "verify" / "model_upload.json") or {})
     verify_traces = _optional_json(job_dir / "verify" / "traces.json") or {}
     verify_archive = _optional_json(job_dir / "verify" / "archive.json") or {}
     register = _optional_json(job_dir / "register.json")
@@ -291,7 +322,7 @@ def build_completion_record(job_dir: Path, record: JobRecord,
         "verification": {name: ((_optional_json(job_dir / "verify" / f"{name}.json") or {}).get("status")
                                 or steps.get(VERIFY_STEPS[name], {}).get("status"))
                          if name in record.spec.verify_sentinels else "not_applicable"
-                         for name in ("model", "traces", "archive")},
+                         for name in ("model_upload", "model", "traces", "archive")},
         "reclaimed": {"bytes": reclaim.get("deleted_bytes", 0), "keys": reclaim.get("deleted_keys", 0),
                       "status": reclaim.get("status"), "reason": reclaim.get("reason")},
         "remaining_work": remaining,

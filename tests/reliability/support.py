@@ -224,6 +224,16 @@ def staged_files(root: Path) -> dict[str, Path]:
             if path.is_file() and not any(part.startswith(".") for part in path.relative_to(root).parts)}
 
 
+def published_model_files(job_dir: Path) -> dict[str, Path]:
+    """What the model repo's main should hold: stage/model/, its README.md replaced by the card that
+    links the verified trace dataset once link_model_card wrote it (stage/model_card/README.md)."""
+    files = staged_files(job_dir / "stage" / "model")
+    card = job_dir / "stage" / "model_card" / "README.md"
+    if files and card.is_file():
+        files["README.md"] = card
+    return files
+
+
 def tar_digests(job_dir: Path) -> dict[str, str]:
     return {name: sha256_file(job_dir / "sync" / f"{name}.tar") for name in ("logs", "trace_jobs")
             if (job_dir / "sync" / f"{name}.tar").is_file()}
@@ -267,16 +277,18 @@ def output_problems(job_dir: Path) -> list[str]:
         actual = {rel: (path.stat().st_size, sha256_file(path)) for rel, path in staged_files(job_dir / "model").items()}
         if expected != actual:
             problems.append(f"model/ differs from export.json: {sorted(set(expected.items()) ^ set(actual.items()))[:4]}")
-    verify_model = job_dir / "verify" / "model.json"
-    if verify_model.is_file() and read_json(verify_model).get("status") == "completed":
+    for name, expected in (("model_upload", staged_files), ("model", lambda _: published_model_files(job_dir))):
+        verify_model = job_dir / "verify" / f"{name}.json"
+        if not (verify_model.is_file() and read_json(verify_model).get("status") == "completed"):
+            continue
         stage = job_dir / "stage" / "model"
         if not stage.is_dir():
-            problems.append("verify/model.json exists but stage/model/ is gone")
+            problems.append(f"verify/{name}.json exists but stage/model/ is gone")
         else:
             evidence = {f["path"]: f["sha256"] for f in read_json(verify_model)["files"]}
-            staged = {rel: sha256_file(path) for rel, path in staged_files(stage).items()}
+            staged = {rel: sha256_file(path) for rel, path in expected(stage).items()}
             if {k: v for k, v in evidence.items() if k != ".gitattributes"} != staged:
-                problems.append("verify/model.json lists other files than stage/model/ holds")
+                problems.append(f"verify/{name}.json lists other files than stage/model/ holds")
     verify_traces = job_dir / "verify" / "traces.json"
     if verify_traces.is_file() and read_json(verify_traces).get("status") == "completed":
         stage = job_dir / "stage" / "traces"
@@ -337,7 +349,8 @@ def publication_problems(scenario: Scenario) -> list[str]:
     problems = []
     for name, repo_type in (("model", "model"), ("traces", "dataset")):
         _, remote = hub_head(scenario.hub, publish[name], repo_type)
-        stage = staged_files(scenario.job_dir / "stage" / name)
+        stage = published_model_files(scenario.job_dir) if name == "model" else \
+            staged_files(scenario.job_dir / "stage" / name)
         paths = {path for path in remote if path != ".gitattributes"}
         if paths != set(stage):
             problems.append(f"{repo_type} repo paths differ from staging: {sorted(paths ^ set(stage))[:6]}")

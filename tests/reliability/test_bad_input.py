@@ -281,7 +281,7 @@ def test_truncated_and_lying_safetensors_in_the_selected_export_are_refused(data
     for case, damage in (("truncated", truncated), ("lying header", lying)):
         for key, data in originals.items():
             store.put_bytes(key, damage(data))
-        result = run_logged(scenario, f"{JOB}/verify/model.json")
+        result = run_logged(scenario, f"{JOB}/verify/model_upload.json")
         figures_log.record("bad_input", case=f"safetensors: {case}")
         assert result.returncode != 0, case
         reason = read_json(job_dir / "STATUS.json")["steps"]["export_model"].get("reason", "")
@@ -291,7 +291,7 @@ def test_truncated_and_lying_safetensors_in_the_selected_export_are_refused(data
     # The source is repaired: the rerun must read it again, not reuse the copy that was refused.
     for key, data in originals.items():
         store.put_bytes(key, data)
-    repaired = run_logged(scenario, f"{JOB}/verify/model.json")
+    repaired = run_logged(scenario, f"{JOB}/verify/model_upload.json")
     assert repaired.returncode == 0, read_json(job_dir / "STATUS.json")["steps"]["export_model"]
     export = read_json(job_dir / "export.json")
     assert {f["path"] for f in export["files"]} >= {"model.safetensors", "config.json"}

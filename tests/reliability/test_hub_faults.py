@@ -93,7 +93,9 @@ def test_hub_faults_fail_publication_clearly_keep_staging_and_a_rerun_completes(
     verify = read_json(job_dir / "verify" / "model.json")
     head, _ = hub_head(hub_server, model)
     assert verify["verified_commit"] == head and verify["commit"] in hub_history(hub_server, model)
-    assert hub_file(hub_server, model, "README.md") == (job_dir / "stage" / "model" / "README.md").read_bytes()
+    # the card on main links the verified traces (one README-only commit after the upload)
+    assert hub_file(hub_server, model, "README.md") == (job_dir / "stage" / "model_card" / "README.md").read_bytes()
+    assert read_json(job_dir / "verify" / "model_upload.json")["verified_commit"] == hub_history(hub_server, model)[1]
     done = read_json(job_dir / "DONE")
     assert done["remaining_work"] == [] and done["steps"]["publish_model"] == "completed"
     assert served_faults(hub_server) == injected
