@@ -17,8 +17,6 @@ import yaml
 from huggingface_hub import HfApi
 
 from rlkeep.hub import TRACES_HEADING, TRACES_PENDING, dataset_links, markdown_section
-from rlkeep.records import load_record
-from rlkeep.report import model_artifacts
 from rlkeep.storage import open_store
 from tests.conftest import REPO, run_snakemake, seed_example
 from tests.support.hub import hub_server, stored_blobs  # noqa: F401 - fixture
@@ -209,7 +207,7 @@ def assert_model_published_without_the_link(data_root: Path, hub, record: dict, 
     assert head == upload["verified_commit"]
     card = card_at(hub, model, head, data_root.parent / "cards")
     assert traces_links(card, hub) == [] and traces not in card and TRACES_PENDING in card
-    assert model_artifacts(job_dir, load_record(data_root / "records" / f"{JOB}.yaml")) == {
+    assert status["artifacts"] == {
         "weights": "present", "tokenizer_configuration": "present", "training_logs": "present",
         "training_traces_link": "absent"}
     assert "link_model_card" in status["blocked"] and "register" not in status["completed"]
@@ -265,16 +263,6 @@ def test_the_card_links_the_traces_only_once_they_are_verified(data_root: Path, 
         data_root, hub_server, record, head, env, must_not_rerun={"export_model", "stage_model", "publish_model"})
 
 
-def metric_surface_reads_the_trace_tar() -> bool:
-    """Until trials.csv has its own rule (issue 16), the metric surface, and with it export, waits on
-    the trace sync: an empty trace prefix then stops the model too (not this rule's doing)."""
-    rules = (REPO / "rules" / "checkpoint.smk").read_text()
-    body = rules.split("rule metric_surface:", 1)[1].split("\nrule ", 1)[0]
-    return "trace_jobs.tar" in body
-
-
-@pytest.mark.skipif(metric_surface_reads_the_trace_tar(),
-                    reason="metric_surface still takes sync/trace_jobs.tar (trials.csv moves to its own rule)")
 def test_an_empty_trace_prefix_holds_back_only_the_card_link(data_root: Path, bucket: str, iris, hub_server) -> None:
     overrides = publish_overrides(bucket, data_root)
     run, record = seed_example(data_root, bucket, iris, record_overrides=overrides)

@@ -74,10 +74,8 @@ def test_the_surface_names_attempts_without_metrics_and_a_partial_publication_ke
     (job / "metrics/attempts.json").write_text(json.dumps({"attempts_without_metrics": [
         {"attempt": "rl-swe-r1", "reason": "no_metric_blocks", "state": "failed", "bytes": 120, "lines": 3}]}))
     (job / "verify").mkdir()
-    (job / "verify/model.json").write_text(json.dumps({
-        "status": "completed", "commit": "abc123",
-        "artifacts": {"weights": "present", "tokenizer_configuration": "present", "training_logs": "present",
-                      "training_traces_link": "absent"}}))
+    # the model is on the Hub and verified; its card's trace link waits on the traces (no verify/model.json)
+    (job / "verify/model_upload.json").write_text(json.dumps({"status": "completed", "commit": "abc123"}))
     status = build_status(job, record=load_record(record_file), invocation="snakemake --profile iris")
     assert [a["reason"] for a in status["attempts_without_metrics"]] == ["no_metric_blocks"]
     assert status["artifacts"]["training_traces_link"] == "absent" and status["artifacts"]["weights"] == "present"

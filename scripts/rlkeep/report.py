@@ -27,7 +27,9 @@ class Step:
     evidence: str  # the file (relative to <job>/) whose status counts
     remaining: str  # what an operator does when this step is blocked or pending
     upstream: tuple[str, ...] = ()  # rules of this step only (e.g. staging) whose failure blocks it
-    needs: tuple[str, ...] = ()  # other steps whose evidence it takes: it is blocked while one of them is
+    # other steps whose evidence it takes when the record names publish destinations (without them
+    # the publication steps only write not_applicable): it is blocked while one of them is
+    needs: tuple[str, ...] = ()
 
 
 STEPS: tuple[Step, ...] = (
@@ -63,7 +65,7 @@ STEPS: tuple[Step, ...] = (
 STEP_BY_NAME = {step.name: step for step in STEPS}
 
 
-def step_status(job_dir: Path, step: Step) -> dict[str, Any]:
+def step_status(job_dir: Path, step: Step, publishing: bool = True) -> dict[str, Any]:
     path = job_dir / step.evidence
     if path.is_file():
         if path.suffix == ".json":
@@ -74,7 +76,7 @@ def step_status(job_dir: Path, step: Step) -> dict[str, Any]:
         else:
             status = "completed"
         return {"status": status, "evidence": step.evidence}
-    for name in step.needs:
+    for name in step.needs if publishing else ():
         held = _blocked_need(job_dir, name)
         if held is not None:
             root, info = held
@@ -112,12 +114,12 @@ def last_error(log_path: Path) -> str | None:
     return None
 
 
-def collect_steps(job_dir: Path, kind: str | None = None) -> dict[str, dict[str, Any]]:
+def collect_steps(job_dir: Path, kind: str | None = None, publishing: bool = True) -> dict[str, dict[str, Any]]:
     """Every step's status; a step the run's kind does not have is not_applicable (rlkeep.kinds)."""
     from rlkeep.kinds import spec_for
 
     spec = spec_for(kind)
-    return {step.name: step_status(job_dir, step) if spec.applies(step.name) else
+    return {step.name: step_status(job_dir, step, publishing) if spec.applies(step.name) else
             {"status": "not_applicable", "reason": f"does not apply to a {spec.name} run"} for step in STEPS}
 
 
@@ -272,7 +274,7 @@ def build_completion_record(job_dir: Path, record: JobRecord,
                             steps: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Everything the completion record states; every input file is optional, so a blocked run
     gets the same record (STATUS.json) with what is known."""
-    steps = steps if steps is not None else collect_steps(job_dir, record.kind)
+    steps = steps if steps is not None else collect_steps(job_dir, record.kind, record.publish is not None)
     chain = _optional_json(job_dir / "chain.json") or {}
     retries = _optional_json(job_dir / "retries.json") or {}
     selected = _optional_json(job_dir / "checkpoint" / "selected.json") or {}
@@ -408,7 +410,7 @@ def build_status(job_dir: Path, kind: str | None = None, *, record: JobRecord | 
     """STATUS.json: every step's status and, when the record is readable, everything DONE would
     state (the completion record of a blocked run), with the command that continues each step."""
     kind = record.kind if record is not None else kind
-    steps = collect_steps(job_dir, kind)
+    steps = collect_steps(job_dir, kind, record is None or record.publish is not None)
     by_status: dict[str, list[str]] = {"completed": [], "not_applicable": [], "blocked": [], "pending": []}
     for name, info in steps.items():
         by_status.setdefault(info["status"], []).append(name)
