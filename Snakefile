@@ -10,7 +10,8 @@
 #   <job>/metrics/metrics.csv, report.md, reward.png ... rules/checkpoint.smk (metric_surface: logs)
 #   <job>/metrics/trials.csv, trials.md ............... rules/checkpoint.smk (trial_table: traces)
 #   <job>/model/, <job>/export.json ................... rules/export.smk
-#   <job>/stage/model/, verify/model.json ............. rules/publish.smk
+#   <job>/stage/model/, verify/model_upload.json ...... rules/publish.smk (model on the Hub)
+#   <job>/verify/model.json ........................... rules/publish.smk (card links verified traces)
 #   <job>/stage/traces/, verify/traces.json ........... rules/publish.smk
 #   <job>/archive/<job>_archive.tgz, MANIFEST .......... rules/archive.smk
 #   <job>/verify/archive.json, register.json, reclaim.json  rules/archive.smk
