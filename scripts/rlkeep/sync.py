@@ -291,21 +291,21 @@ def is_weight_or_dump(key: str) -> str | None:
     return None
 
 
-def trainer_logs(ctx: StepContext, store: Store) -> Iterator[tuple[str, bytes | None, str]]:
-    """(attempt slug, full trainer stdout or None, where it came from or why it is absent) per attempt.
+def trainer_logs(ctx: StepContext, store: Store) -> Iterator[tuple[str, bytes | None, str] | tuple[str, bytes | None, str, dict]]:
+    """(attempt slug, full trainer stdout or None, where it came from or why it is absent[, fields
+    for the attempt's logs-manifest entry]) per attempt.
 
-    Iris: `iris job logs`. SLURM: the attempt's StdOut path from scontrol (chain.json) on the
-    shared filesystem, else `<layout.logs>/<attempt>.out` in the store. none: the store's file.
+    Iris: `iris job logs` when the CLI proves the log complete (scheduler.IrisCli.logs), else
+    the store's `<layout.logs>/<attempt>.out` (also for an attempt the controller forgot),
+    else the CLI's unproven log with the reason; a 4th element {"completeness": …} says which
+    and why. SLURM: the attempt's StdOut path from scontrol (chain.json) on the shared
+    filesystem, else `<layout.logs>/<attempt>.out` in the store. none: the store's file.
     An absent log fails the step only for kinds that need it (rl); the others note it (the
     store sync already captures every `.out`).
     """
     record = ctx.record
     if record.scheduler == "iris":
-        from rlkeep.scheduler import IrisCli
-
-        iris = IrisCli(record.cluster or "")
-        for job_id, slug in zip(record.chain, record.attempts):
-            yield slug, iris.logs(job_id).encode("utf-8", "surrogateescape"), f"iris job logs {job_id}"
+        yield from _iris_trainer_logs(ctx, store)
         return
     stdout_paths = _stdout_paths(ctx) if record.scheduler == "slurm" else {}
     for slug in record.attempts:
@@ -327,6 +327,41 @@ def trainer_logs(ctx: StepContext, store: Store) -> Iterator[tuple[str, bytes | 
             raise RlkeepError(f"trainer log of attempt {slug} not readable: {'; '.join(tried)}; scheduler "
                               f"{record.scheduler} reads the StdOut path (slurm) or logs/<attempt>.out from the store")
         yield slug, None, "not found at " + "; ".join(tried)
+
+
+def _iris_trainer_logs(ctx: StepContext, store: Store) -> Iterator[tuple[str, bytes | None, str, dict]]:
+    from rlkeep.scheduler import IrisCli, JobGoneError, LogFetch
+
+    record = ctx.record
+    iris = IrisCli(record.cluster or "")
+    for job_id, slug in zip(record.chain, record.attempts):
+        try:
+            fetch = iris.logs(job_id)
+        except JobGoneError as error:
+            fetch = LogFetch(None, False, f"{job_id} is gone from the controller ({error})", None)
+        cli = {"cli": fetch.form} if fetch.form else {}
+        if fetch.complete and fetch.text is not None:
+            yield (slug, fetch.text.encode("utf-8", "surrogateescape"), f"iris job logs {job_id}",
+                   {"completeness": {"status": "proven", "how": fetch.detail, **cli}})
+            continue
+        key = f"{record.layout['logs']}/{slug}.out"
+        try:
+            data = store.read_bytes(key)
+        except Exception as error:  # noqa: BLE001 - any failure here is the same missing copy
+            data, store_why = None, f"no store copy at {record.store}/{key} ({error})"
+        if data is not None:
+            yield (slug, data, f"{record.store}/{key}",
+                   {"completeness": {"status": "store_copy", "how": "the store's copy of the attempt's log; the CLI's "
+                                     f"could not be proven complete: {fetch.detail}", **cli}})
+            continue
+        if fetch.text is not None:
+            yield (slug, fetch.text.encode("utf-8", "surrogateescape"), f"iris job logs {job_id}",
+                   {"completeness": {"status": "unproven", "why": f"{fetch.detail}; {store_why}", **cli}})
+            continue
+        why = f"{fetch.detail}; {store_why}"
+        if record.spec.trainer_log_required:
+            raise RlkeepError(f"trainer log of attempt {slug} ({job_id}) cannot be read whole: {why}")
+        yield slug, None, why, {"completeness": {"status": "unavailable", "why": why, **cli}}
 
 
 def _stdout_paths(ctx: StepContext) -> dict[str, str]:
@@ -359,16 +394,16 @@ def sync_logs(ctx: StepContext) -> None:
     stats = TarStats(objects_skipped=skipped)
     attempts = []
     with TarOutput(ctx.outputs["tar"]) as (tar, hasher):
-        for slug, data, source in trainer_logs(ctx, store):
+        for slug, data, source, *more in trainer_logs(ctx, store):
             if data is None:
-                attempts.append({"attempt": slug, "member": None, "source": None, "note": source})
+                attempts.append({"attempt": slug, "member": None, "source": None, "note": source, **(more[0] if more else {})})
                 continue
             if not data.strip():
                 raise RlkeepError(f"{source}: the trainer log of attempt {slug} is empty")
             name = f"attempts/{slug}/trainer.log"
             add_bytes(tar, name, data)
             attempts.append({"attempt": slug, "member": name, "source": source, "bytes": len(data),
-                             "lines": data.count(b"\n"), "sha256": hashlib.sha256(data).hexdigest()})
+                             "lines": data.count(b"\n"), "sha256": hashlib.sha256(data).hexdigest(), **(more[0] if more else {})})
         stream_objects_into_tar(tar, store, chosen, lambda info: f"store/{info.key}", stats=stats,
                                 workers=int(settings.get("workers", 16)),
                                 max_inflight_bytes=int(settings.get("max_inflight_mb", 128)) << 20,
