@@ -358,3 +358,12 @@ def test_choose_forms_never_takes_a_children_stop_without_the_exact_flag() -> No
     forms = choose_forms({"stop": "", "logs": ""}, {"stop": {"--include-children": ""}, "logs": {}})
     assert forms.stop is None and "exact stop" in forms.missing["stop"]
     assert forms.status is None and "logs" in forms.missing
+
+
+def test_jobs_another_record_names_are_that_runs_not_unrecorded(tmp_path, monkeypatch) -> None:
+    standin = IrisStandin(tmp_path / "iris", "d")
+    for key, value in standin.env().items():
+        monkeypatch.setenv(key, value)
+    standin.write_state(standard_state())
+    found, _ = unrecorded_attempts(IrisCli("cw-test"), "demo", "rl", CHAIN, {"/demo/rl-other": "rl-other"})
+    assert [u["id"] for u in found] == ["/demo/rl-r10"]

@@ -717,8 +717,14 @@ def extends_run(job_id: str, roots: set[str]) -> bool:
     return any(job_id.startswith(root) and len(job_id) > len(root) and job_id[len(root)] in "-_." for root in roots)
 
 
-def unrecorded_attempts(iris: IrisCli, user: str, job: str, chain: list[str]) -> tuple[list[dict[str, Any]], str]:
-    """The owner's jobs that extend the run's id and that the chain does not name, and how that was checked."""
+def unrecorded_attempts(iris: IrisCli, user: str, job: str, chain: list[str],
+                        other_runs: dict[str, str] | None = None) -> tuple[list[dict[str, Any]], str]:
+    """The owner's jobs that extend the run's id and that the chain does not name, and how that was checked.
+
+    other_runs: job ids that another record in the same records folder names ({id: that job}):
+    they are that run's attempts (`rl-demo-b` beside `rl-demo`), not unrecorded ones of this run.
+    """
+    other_runs = other_runs or {}
     if iris.forms.listing is None:
         return [], "not checked: the installed iris CLI has no `job list`"
     roots = {f"/{user}/{job}", *(job_id for job_id in chain if job_id.count("/") == 2)}
@@ -726,7 +732,8 @@ def unrecorded_attempts(iris: IrisCli, user: str, job: str, chain: list[str]) ->
     found: dict[str, str] = {}
     for prefix in prefixes:
         for job_id, state in iris.list_jobs(prefix):
-            if job_id not in chain and extends_run(job_id, roots) and job_id.startswith(f"/{user}/"):
+            if job_id not in chain and job_id not in other_runs and extends_run(job_id, roots) \
+                    and job_id.startswith(f"/{user}/"):
                 found[job_id] = state
     how = "listed with " + ", ".join("iris job " + " ".join(iris.forms.listing).format(prefix=p) for p in prefixes)
     return [{"id": job_id, "state": state, "blocks_checkpoint_reads": state in UNFINISHED_STATES}
@@ -769,6 +776,24 @@ def _store_log(record: Any, slug: str) -> dict[str, Any]:
             **({} if present else {"store_log_reason": f"no {record.store}/{key}"})}
 
 
+def chains_of_other_records(ctx: StepContext) -> dict[str, str]:
+    """{job id: job} for every attempt another readable record of this data root names."""
+    from rlkeep.errors import RlkeepError
+    from rlkeep.records import load_record
+
+    records_dir = ctx.data_root / str(ctx.config.get("records", "records"))
+    claimed: dict[str, str] = {}
+    for path in sorted(records_dir.glob("*.yaml")) if records_dir.is_dir() else []:
+        if path.stem == ctx.job:
+            continue
+        try:
+            other = load_record(path)
+        except RlkeepError:
+            continue  # an unreadable record names nothing; its own run reports it
+        claimed.update({job_id: other.job for job_id in other.chain})
+    return claimed
+
+
 def capture_chain(ctx: StepContext) -> None:
     """`<job>/chain.json`: every attempt in record order with its scheduler state, plus (Iris)
     the CLI forms used and the owner's unrecorded attempts of this run."""
@@ -786,7 +811,8 @@ def capture_chain(ctx: StepContext) -> None:
             if entry["state"] == GONE:
                 entry.update(_store_log(record, slug))
             attempts.append(entry)
-        unrecorded, how = unrecorded_attempts(iris, record.user, record.job, list(record.chain))
+        unrecorded, how = unrecorded_attempts(iris, record.user, record.job, list(record.chain),
+                                              chains_of_other_records(ctx))
         extra = {"iris_cli": iris.forms.to_json(), "unrecorded": unrecorded, "unrecorded_check": how}
     elif record.scheduler == "slurm":
         slurm = SlurmCli()
