@@ -546,7 +546,8 @@ def list_checkpoints_step(ctx: Any) -> None:
         from rlkeep.jsonio import read_json
         from rlkeep.scheduler import refuse_while_unrecorded_attempts_run
 
-        refuse_while_unrecorded_attempts_run(read_json(ctx.inputs["chain"]), f"{ctx.config.get('records', 'records')}/{record.job}.yaml")
+        record_file = f"{ctx.config.get('records', 'records')}/{record.job}.yaml"
+        refuse_while_unrecorded_attempts_run(read_json(ctx.inputs["chain"]), record_file)
     store = open_store(record.store)
     ckpts, exports = record.layout["ckpts"].strip("/"), record.layout["exports"].strip("/")
     keys: dict[str, int] = {}

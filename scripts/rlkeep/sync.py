@@ -291,7 +291,7 @@ def is_weight_or_dump(key: str) -> str | None:
     return None
 
 
-def trainer_logs(ctx: StepContext, store: Store) -> Iterator[tuple[str, bytes | None, str] | tuple[str, bytes | None, str, dict]]:
+def trainer_logs(ctx: StepContext, store: Store) -> Iterator[tuple[Any, ...]]:
     """(attempt slug, full trainer stdout or None, where it came from or why it is absent[, fields
     for the attempt's logs-manifest entry]) per attempt.
 
@@ -349,6 +349,8 @@ def _iris_trainer_logs(ctx: StepContext, store: Store) -> Iterator[tuple[str, by
             data = store.read_bytes(key)
         except Exception as error:  # noqa: BLE001 - any failure here is the same missing copy
             data, store_why = None, f"no store copy at {record.store}/{key} ({error})"
+        if data == b"" and fetch.text is not None:  # two empty answers: the CLI's names the attempt
+            data, store_why = None, f"the store copy {record.store}/{key} is empty too"
         if data is not None:
             yield (slug, data, f"{record.store}/{key}",
                    {"completeness": {"status": "store_copy", "how": "the store's copy of the attempt's log; the CLI's "
@@ -396,14 +398,16 @@ def sync_logs(ctx: StepContext) -> None:
     with TarOutput(ctx.outputs["tar"]) as (tar, hasher):
         for slug, data, source, *more in trainer_logs(ctx, store):
             if data is None:
-                attempts.append({"attempt": slug, "member": None, "source": None, "note": source, **(more[0] if more else {})})
+                attempts.append({"attempt": slug, "member": None, "source": None, "note": source,
+                                 **(more[0] if more else {})})
                 continue
             if not data.strip():
                 raise RlkeepError(f"{source}: the trainer log of attempt {slug} is empty")
             name = f"attempts/{slug}/trainer.log"
             add_bytes(tar, name, data)
             attempts.append({"attempt": slug, "member": name, "source": source, "bytes": len(data),
-                             "lines": data.count(b"\n"), "sha256": hashlib.sha256(data).hexdigest(), **(more[0] if more else {})})
+                             "lines": data.count(b"\n"), "sha256": hashlib.sha256(data).hexdigest(),
+                             **(more[0] if more else {})})
         stream_objects_into_tar(tar, store, chosen, lambda info: f"store/{info.key}", stats=stats,
                                 workers=int(settings.get("workers", 16)),
                                 max_inflight_bytes=int(settings.get("max_inflight_mb", 128)) << 20,
