@@ -1,10 +1,13 @@
 # The metric surface across the chain (trainer logs only), then a checkpoint chosen only by the
-# campaign's rule (runbook step 2). Listing reads the mutable checkpoint folders: only after retries.json.
+# campaign's rule (runbook step 2). Listing reads the mutable checkpoint folders: only after
+# retries.json, and never while chain.json lists an unrecorded attempt of the run that is pending
+# or running.
 
 
 rule list_checkpoints:
     input:
         retries="{job}/retries.json",
+        chain="{job}/chain.json",
     output:
         candidates="{job}/checkpoint/candidates.json",
     log:

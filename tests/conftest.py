@@ -47,10 +47,19 @@ def bucket(s3_server: S3Server, request: pytest.FixtureRequest) -> str:
 
 
 class IrisStandin:
-    def __init__(self, root: Path) -> None:
+    """The stand-in `iris` (rlkeep.devserver.iris) on PATH with its state and call log.
+
+    version: the emulated CLI version (a..f); None leaves IRIS_STANDIN_VERSION to the
+    environment (unset: the newest, f)."""
+
+    EXACT_STOP = {"a": ("stop", "--no-include-children"), "b": ("stop", "--no-include-children"),
+                  "c": ("stop", "--no-include-children"), "d": ("stop",), "e": ("cancel", "--exact"), "f": ("cancel",)}
+
+    def __init__(self, root: Path, version: str | None = None) -> None:
         self.bin_dir = root / "bin"
         self.state_path = root / "iris-state.json"
         self.calls_path = root / "iris-calls.jsonl"
+        self.version = version
         install_executable(self.bin_dir)
         self.write_state({"jobs": {}})
         self.calls_path.touch()
@@ -61,18 +70,33 @@ class IrisStandin:
     def state(self) -> dict:
         return json.loads(self.state_path.read_text())
 
+    def states(self) -> dict[str, str]:
+        return {job_id: job["state"] for job_id, job in self.state()["jobs"].items()}
+
     def calls(self) -> list[list[str]]:
         return [json.loads(line)["argv"] for line in self.calls_path.read_text().splitlines() if line]
 
     def stop_calls(self) -> list[list[str]]:
-        return [argv for argv in self.calls() if "stop" in argv or "kill" in argv]
+        """Every call that stops something (stop, kill, cancel), never a `--help`."""
+        return [argv for argv in self.calls()
+                if any(word in argv for word in ("stop", "kill", "cancel")) and "--help" not in argv]
+
+    def exact_stop(self, job_id: str, cluster: str = "cw-test") -> list[str]:
+        """The exact-stop call rlkeep makes for this version."""
+        command, *flags = self.EXACT_STOP[self.version or os.environ.get("IRIS_STANDIN_VERSION", "f")]
+        return [f"--cluster={cluster}", "job", command, job_id, *flags]
 
     def env(self) -> dict[str, str]:
-        return {
+        env = {
             "PATH": f"{self.bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
             "IRIS_STANDIN_STATE": str(self.state_path),
             "IRIS_STANDIN_CALLS": str(self.calls_path),
+            "RLKEEP_IRIS_STOP_POLL_S": "0.05",
+            "RLKEEP_IRIS_STOP_WAIT_S": "10",
         }
+        if self.version:
+            env["IRIS_STANDIN_VERSION"] = self.version
+        return env
 
 
 @pytest.fixture

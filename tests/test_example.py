@@ -319,9 +319,11 @@ def test_iris_state_serves_the_chain_and_bystanders(run: ExampleRun) -> None:
         assert len(lines) == len(stdout)
         prefix = re.compile(r"^\[\d\d:\d\d:\d\d\] task=" + re.escape(job_id) + r"/0 \| ")
         assert all(prefix.match(line) and prefix.sub("", line) == out for line, out in zip(lines, stdout))
-    bystanders = {"/demo/rl-demo-other", "/demo/rl-demo-r10", "/demo/rl-demo-r1/eval", "/someoneelse/rl-demo"}
-    assert set(jobs) == set(run.chain) | bystanders
+    bystanders = {"/demo/other-rl-demo", "/demo/other-rl-demo/eval", "/someoneelse/rl-demo"}
+    assert set(jobs) == set(run.chain) | bystanders | {"/demo/rl-demo-r10"}
     assert all(jobs[j]["state"] == "pending" for j in bystanders)
+    assert jobs["/demo/rl-demo-r10"]["state"] == "failed"  # an unrecorded attempt that ended: blocks nothing
+    assert [a["attempt_id"] for a in last["tasks"][0]["attempts"]] == ["/demo/rl-demo-r1/0:0", "/demo/rl-demo-r1/0:1"]
     quiet = iris_state(run, pending_retry=False, extra_jobs=False)
     assert set(quiet["jobs"]) == set(run.chain)
     assert quiet["jobs"]["/demo/rl-demo-r1"]["state"] == "failed"

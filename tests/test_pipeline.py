@@ -42,7 +42,7 @@ def test_run_stops_exact_pending_retry_writes_done_and_rerun_is_a_no_op(data_roo
     seed_example(data_root, bucket, iris)
     result = run_snakemake(data_root, "rl-demo/DONE")
     assert result.returncode == 0, result.stderr
-    assert iris.stop_calls() == [["--cluster=cw-test", "job", "stop", "/demo/rl-demo-r1", "--no-include-children"]]
+    assert iris.stop_calls() == [iris.exact_stop("/demo/rl-demo-r1")]
     states = {job_id: job["state"] for job_id, job in iris.state()["jobs"].items()}
     assert states["/demo/rl-demo-r1"] == "killed"
     assert [state for job_id, state in states.items() if job_id != "/demo/rl-demo-r1"].count("killed") == 0
@@ -89,7 +89,7 @@ def test_bad_record_fails_before_any_work_naming_file_and_field(data_root: Path,
 
 def test_blocked_step_is_named_in_status_json(data_root: Path, bucket: str, iris, monkeypatch) -> None:
     seed_example(data_root, bucket, iris)
-    monkeypatch.setenv("IRIS_STANDIN_FAIL", "summary")
+    monkeypatch.setenv("IRIS_STANDIN_FAIL", "controller")
     result = run_snakemake(data_root, "rl-demo/DONE")
     assert result.returncode != 0
     status = json.loads((data_root / "rl-demo/STATUS.json").read_text())

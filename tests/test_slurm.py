@@ -88,7 +88,7 @@ def test_example_job_runs_to_done_through_slurm(data_root: Path, bucket: str, ir
     assert set(done["steps"].values()) <= {"completed", "not_applicable"}
     assert done["steps"]["export_model"] == "completed" and done["steps"]["sync_traces"] == "completed"
     assert done["remaining_work"] == []
-    assert iris.stop_calls() == [["--cluster=cw-test", "job", "stop", "/demo/rl-demo-r1", "--no-include-children"]]
+    assert iris.stop_calls() == [iris.exact_stop("/demo/rl-demo-r1")]
 
     # every rule job went through SLURM and finished there
     ours = [job for job in slurm_jobs(slurm) if job["id"] not in before]

@@ -160,7 +160,8 @@ def test_logs_sync_keeps_informative_artifacts_and_never_weights(tmp_path: Path,
     assert not any("trace_jobs" in name for name in names)
 
 
-def test_logs_sync_takes_full_logs_from_iris(tmp_path: Path, bucket: str, iris) -> None:
+def test_logs_sync_takes_full_logs_from_iris(tmp_path: Path, bucket: str, iris, monkeypatch) -> None:
+    monkeypatch.setenv("IRIS_STANDIN_VERSION", "d")  # a CLI that can prove a log complete (head == tail)
     lines = [f"[17:05:{i % 60:02d}] task=/demo/rl-demo/0 | line {i}" for i in range(1500)]
     iris.write_state({"jobs": {"/demo/rl-demo": {"state": "failed", "log_lines": lines},
                                "/demo/rl-demo-r1": {"state": "succeeded", "log_lines": ["only line"]}}})
@@ -173,6 +174,7 @@ def test_logs_sync_takes_full_logs_from_iris(tmp_path: Path, bucket: str, iris) 
         assert member is not None and member.read().decode().splitlines() == lines
     manifest = json.loads(ctx.outputs["manifest"].read_text())
     assert manifest["attempts"][0]["lines"] == 1500 and manifest["attempts"][0]["source"] == "iris job logs /demo/rl-demo"
+    assert manifest["attempts"][0]["completeness"]["status"] == "proven"
 
 
 def test_empty_trace_prefix_is_a_clear_error(tmp_path: Path, bucket: str) -> None:

@@ -580,11 +580,18 @@ MAX_SMALL_FILE = 16 << 20  # an index or config larger than this is not one; lea
 
 def list_checkpoints_step(ctx: Any) -> None:
     """`<job>/checkpoint/candidates.json`: every saved step under the record's ckpts/ and
-    exports/, complete or not with reasons. Runs after retries.json, so no attempt still writes."""
+    exports/, complete or not with reasons. Runs after retries.json, so no attempt of the chain still
+    writes, and refuses while chain.json lists an unrecorded attempt that is pending or running."""
     from rlkeep.jsonio import write_json
     from rlkeep.storage import open_store
 
     record = ctx.record
+    if ctx.inputs.get("chain") is not None:  # issue 16: an attempt the record does not name may still write
+        from rlkeep.jsonio import read_json
+        from rlkeep.scheduler import refuse_while_unrecorded_attempts_run
+
+        record_file = f"{ctx.config.get('records', 'records')}/{record.job}.yaml"
+        refuse_while_unrecorded_attempts_run(read_json(ctx.inputs["chain"]), record_file)
     store = open_store(record.store)
     ckpts, exports = record.layout["ckpts"].strip("/"), record.layout["exports"].strip("/")
     keys: dict[str, int] = {}

@@ -292,21 +292,22 @@ def is_weight_or_dump(key: str) -> str | None:
     return None
 
 
-def trainer_logs(ctx: StepContext, store: Store) -> Iterator[tuple[str, bytes | None, str]]:
-    """(attempt slug, full trainer stdout or None, where it came from or why it is absent) per attempt.
+def trainer_logs(ctx: StepContext, store: Store) -> Iterator[tuple[str, bytes | None, str, dict[str, Any]]]:
+    """(attempt slug, full trainer stdout or None, where it came from or why it is absent, fields
+    for the attempt's logs-manifest entry) per attempt.
 
-    Iris: `iris job logs`. SLURM: the attempt's StdOut path from scontrol (chain.json) on the
-    shared filesystem, else `<layout.logs>/<attempt>.out` in the store. none: the store's file.
+    Iris: `iris job logs` when the CLI proves the log complete (scheduler.IrisCli.logs), else
+    the store's `<layout.logs>/<attempt>.out` (also for an attempt the controller forgot),
+    else the CLI's unproven log with the reason; {"completeness": …} says which and why. An
+    attempt the controller forgot and the store has no log of is noted, never a blocker: nothing
+    could ever bring its log back. SLURM: the attempt's StdOut path from scontrol (chain.json) on the shared
+    filesystem, else `<layout.logs>/<attempt>.out` in the store. none: the store's file.
     An absent log fails the step only for kinds that need it (rl); the others note it (the
     store sync already captures every `.out`).
     """
     record = ctx.record
     if record.scheduler == "iris":
-        from rlkeep.scheduler import IrisCli
-
-        iris = IrisCli(record.cluster or "")
-        for job_id, slug in zip(record.chain, record.attempts):
-            yield slug, iris.logs(job_id).encode("utf-8", "surrogateescape"), f"iris job logs {job_id}"
+        yield from _iris_trainer_logs(ctx, store)
         return
     stdout_paths = _stdout_paths(ctx) if record.scheduler == "slurm" else {}
     for slug in record.attempts:
@@ -314,30 +315,73 @@ def trainer_logs(ctx: StepContext, store: Store) -> Iterator[tuple[str, bytes | 
         path = stdout_paths.get(slug)
         if path:
             try:
-                yield slug, Path(path).read_bytes(), path
+                yield slug, Path(path).read_bytes(), path, {}
                 continue
             except OSError as error:
                 tried.append(f"{path} ({error.strerror or error})")
         key = f"{record.layout['logs']}/{slug}.out"
         try:
-            yield slug, store.read_bytes(key), f"{record.store}/{key}"
+            yield slug, store.read_bytes(key), f"{record.store}/{key}", {}
             continue
         except Exception as error:  # noqa: BLE001 - any failure here is the same missing log
             tried.append(f"{record.store}/{key} ({error})")
         if record.spec.trainer_log_required:
             raise RlkeepError(f"trainer log of attempt {slug} not readable: {'; '.join(tried)}; scheduler "
                               f"{record.scheduler} reads the StdOut path (slurm) or logs/<attempt>.out from the store")
-        yield slug, None, "not found at " + "; ".join(tried)
+        yield slug, None, "not found at " + "; ".join(tried), {}
 
 
-def _stdout_paths(ctx: StepContext) -> dict[str, str]:
+def _iris_trainer_logs(ctx: StepContext, store: Store) -> Iterator[tuple[str, bytes | None, str, dict[str, Any]]]:
+    from rlkeep.scheduler import IrisCli, JobGoneError, LogFetch
+
+    record = ctx.record
+    iris = IrisCli(record.cluster or "")
+    for job_id, slug in zip(record.chain, record.attempts):
+        gone = False
+        try:
+            fetch = iris.logs(job_id)
+        except JobGoneError as error:
+            gone = True
+            fetch = LogFetch(None, False, f"{job_id} is gone from the controller ({error})", None)
+        cli = {"cli": fetch.form} if fetch.form else {}
+        if fetch.complete and fetch.text is not None:
+            yield (slug, fetch.text.encode("utf-8", "surrogateescape"), f"iris job logs {job_id}",
+                   {"completeness": {"status": "proven", "how": fetch.detail, **cli}})
+            continue
+        key = f"{record.layout['logs']}/{slug}.out"
+        try:
+            data = store.read_bytes(key)
+        except Exception as error:  # noqa: BLE001 - any failure here is the same missing copy
+            data, store_why = None, f"no store copy at {record.store}/{key} ({error})"
+        if data == b"" and fetch.text is not None:  # two empty answers: the CLI's names the attempt
+            data, store_why = None, f"the store copy {record.store}/{key} is empty too"
+        if data is not None:
+            yield (slug, data, f"{record.store}/{key}",
+                   {"completeness": {"status": "store_copy", "how": "the store's copy of the attempt's log; the CLI's "
+                                     f"could not be proven complete: {fetch.detail}", **cli}})
+            continue
+        if fetch.text is not None:
+            yield (slug, fetch.text.encode("utf-8", "surrogateescape"), f"iris job logs {job_id}",
+                   {"completeness": {"status": "unproven", "why": f"{fetch.detail}; {store_why}", **cli}})
+            continue
+        why = f"{fetch.detail}; {store_why}"
+        if record.spec.trainer_log_required and not gone:
+            raise RlkeepError(f"trainer log of attempt {slug} ({job_id}) cannot be read whole: {why}")
+        yield slug, None, why, {"completeness": {"status": "unavailable", "why": why, **cli}}
+
+
+def _chain_attempts(ctx: StepContext) -> list[dict[str, Any]]:
+    """The attempts of chain.json (an input of sync_logs), each with its slug."""
     from rlkeep.jsonio import read_json
 
     chain_path = ctx.inputs.get("chain")
     if chain_path is None or not Path(chain_path).is_file():
-        return {}
-    attempts = read_json(chain_path).get("attempts", [])
-    return {a["slug"]: a["stdout"] for a in attempts if isinstance(a, dict) and a.get("slug") and a.get("stdout")}
+        return []
+    return [a for a in read_json(chain_path).get("attempts", []) if isinstance(a, dict) and a.get("slug")]
+
+
+def _stdout_paths(ctx: StepContext) -> dict[str, str]:
+    return {a["slug"]: a["stdout"] for a in _chain_attempts(ctx) if a.get("stdout")}
 
 
 def line_count(data: bytes) -> int:
@@ -347,13 +391,7 @@ def line_count(data: bytes) -> int:
 
 def _attempt_states(ctx: StepContext) -> dict[str, str]:
     """Each attempt's scheduler state from chain.json (by slug), for the logs manifest."""
-    from rlkeep.jsonio import read_json
-
-    chain_path = ctx.inputs.get("chain")
-    if chain_path is None or not Path(chain_path).is_file():
-        return {}
-    attempts = read_json(chain_path).get("attempts", [])
-    return {str(a["slug"]): str(a.get("state", "unknown")) for a in attempts if isinstance(a, dict) and a.get("slug")}
+    return {str(a["slug"]): str(a.get("state", "unknown")) for a in _chain_attempts(ctx)}
 
 
 def sync_logs(ctx: StepContext) -> None:
@@ -377,10 +415,10 @@ def sync_logs(ctx: StepContext) -> None:
     attempts = []
     states = _attempt_states(ctx)
     with TarOutput(ctx.outputs["tar"]) as (tar, hasher):
-        for slug, data, source in trainer_logs(ctx, store):
+        for slug, data, source, fields in trainer_logs(ctx, store):
             if data is None:
                 attempts.append({"attempt": slug, "state": states.get(slug), "member": None, "source": None,
-                                 "note": source})
+                                 "note": source, **fields})
                 continue
             # An empty log (a pod that never wrote a line) is preserved as it is: a dead attempt is
             # data; the metric surface names it and takes no rows from it.
@@ -388,7 +426,7 @@ def sync_logs(ctx: StepContext) -> None:
             add_bytes(tar, name, data)
             attempts.append({"attempt": slug, "state": states.get(slug), "member": name, "source": source,
                              "bytes": len(data), "lines": line_count(data),
-                             "sha256": hashlib.sha256(data).hexdigest()})
+                             "sha256": hashlib.sha256(data).hexdigest(), **fields})
             if not data.strip():
                 log.info("%s: the trainer log of attempt %s is empty (%d bytes, state %s): preserved as it is",
                          source, slug, len(data), states.get(slug) or "unknown")

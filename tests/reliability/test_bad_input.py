@@ -305,6 +305,8 @@ def test_an_empty_trainer_log_is_refused_naming_the_attempt(data_root: Path, buc
     state = iris.state()
     state["jobs"]["/demo/rl-demo"]["log_lines"] = []
     iris.write_state(state)
+    # an empty CLI answer alone proves nothing (a job that never started logs nothing): the store's copy is empty too
+    open_store(scenario.record["store"]).put_bytes("logs/rl-demo.out", b"")
     result = run_logged(scenario, f"{JOB}/sync/logs.manifest.json")
     figures_log.record("bad_input", case="empty trainer log")
     assert result.returncode != 0

@@ -88,11 +88,11 @@ class Run:
                    for m, path, out in self.proxy.log[attempt.proxy_seen:])
 
     def stop_calls(self) -> int:
-        """`iris job stop` calls so far (the call log is re-read only when it grew)."""
+        """`iris job stop/kill/cancel` calls so far (the call log is re-read only when it grew)."""
         size = self.scenario.iris.calls_path.stat().st_size
         if size != self._calls_size:
             self._calls_size = size
-            self._stops = sum(1 for argv in self.scenario.iris.calls() if "stop" in argv)
+            self._stops = len(self.scenario.iris.stop_calls())
         return self._stops
 
     def new_attempt(self) -> Attempt:

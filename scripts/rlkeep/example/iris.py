@@ -1,4 +1,12 @@
-"""State for the stand-in `iris` command: the run's chain plus jobs that must never be stopped."""
+"""State for the stand-in `iris` command: the run's chain plus jobs that must never be stopped.
+
+The last attempt is, by default, a queued scheduler retry of the same task: back in pending
+with one failure recorded and its task's attempts `/user/job/0:0` (failed) and `…:1` (pending).
+Bystanders: an unrelated pending job and its pending child, another user's job of the same
+name, and a finished `<job>-r10` the chain does not name (an unrecorded attempt that ended, so
+it blocks nothing); a pending job whose id extends the run's would be an unrecorded attempt
+that blocks checkpoint reads.
+"""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -36,6 +44,10 @@ def _chain_job(run: "ExampleRun", index: int, pending: bool) -> dict[str, Any]:
     }
     if pending:  # the failed try was requeued: nothing running, nothing finished
         job["tasks"] = [_task(job_id, "pending", None, None, 0, times["memory_peak_mb"])]
+        job["tasks"][0]["attempts"] = [
+            {"attempt_id": f"{job_id}/0:0", "state": "failed", "exit_code": 1, "error": times["error"]},
+            {"attempt_id": f"{job_id}/0:1", "state": "pending", "exit_code": None, "error": ""},
+        ]
     else:
         duration = times["finished_ms"] - times["started_ms"]
         job["tasks"] = [_task(job_id, "failed", 1, duration, times["memory_mb"], times["memory_peak_mb"])]
@@ -57,8 +69,9 @@ def iris_state(run: "ExampleRun", *, pending_retry: bool = True, extra_jobs: boo
         jobs[run.chain[index]] = _chain_job(run, index, pending=pending_retry and index == last)
     if extra_jobs:
         later = run.attempt_times[last]["submitted_ms"] + 600_000
-        root = f"/{run.user}/{run.job}"
-        for offset, job_id in enumerate([f"{root}-other", f"{root}-r10", f"{run.chain[last]}/eval",
-                                         f"/someoneelse/{run.job}"]):
+        other = f"/{run.user}/other-{run.job}"
+        for offset, job_id in enumerate([other, f"{other}/eval", f"/someoneelse/{run.job}",
+                                         f"/{run.user}/{run.job}-r10"]):
             jobs[job_id] = _bystander(job_id, later + offset * 1000)
+        jobs[f"/{run.user}/{run.job}-r10"].update(state="failed", exit_code=1, failure_count=1)
     return {"jobs": jobs}
