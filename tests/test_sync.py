@@ -177,6 +177,40 @@ def test_logs_sync_takes_full_logs_from_iris(tmp_path: Path, bucket: str, iris, 
     assert manifest["attempts"][0]["completeness"]["status"] == "proven"
 
 
+@pytest.mark.parametrize("version", ["a", "d", "f"])
+def test_a_gone_attempt_without_a_store_copy_is_noted_and_a_lost_log_of_a_known_one_blocks(
+        tmp_path: Path, bucket: str, iris, monkeypatch, version: str) -> None:
+    """Retention deleted the first attempt and the store kept no log of it: nothing could ever bring
+    that log back, so it is noted, not a blocker. The same loss for an attempt the controller still
+    knows (a log cut by the server's cap, no store copy) blocks, naming the attempt, where the CLI
+    can tell; a CLI that fetches one end only keeps what it gave and says it is unproven."""
+    monkeypatch.setenv("IRIS_STANDIN_VERSION", version)
+    monkeypatch.setenv("IRIS_STANDIN_SERVER_MAX_LINES", "10")  # the server clamps silently
+    iris.write_state({"jobs": {"/demo/rl-demo": {"state": "failed", "deleted": True, "log_lines": ["gone"]},
+                               "/demo/rl-demo-r1": {"state": "succeeded", "log_lines": ["step 1"]}}})
+    ctx = context(tmp_path, bucket, scheduler="iris",
+                  outputs={"tar": tmp_path / "logs.tar", "manifest": tmp_path / "logs.manifest.json"})
+    open_store(f"s3://{bucket}/iris/rl-demo").put_bytes("logs/rl-demo-r1.out", b"step 1\n")
+    sync_logs(ctx)
+    first, second = json.loads(ctx.outputs["manifest"].read_text())["attempts"]
+    assert first["attempt"] == "rl-demo" and first["member"] is None
+    assert first["completeness"]["status"] == "unavailable" and "gone from the controller" in first["note"]
+    assert second["member"] == "attempts/rl-demo-r1/trainer.log"
+
+    iris.write_state({"jobs": {"/demo/rl-demo": {"state": "failed", "log_lines": [f"line {i}" for i in range(50)]},
+                               "/demo/rl-demo-r1": {"state": "succeeded", "log_lines": ["step 1"]}}})
+    ctx.outputs["tar"].unlink()
+    ctx.outputs["manifest"].unlink()
+    if version == "f":  # one end only: kept, and the manifest says it is not proven whole
+        sync_logs(ctx)
+        first = json.loads(ctx.outputs["manifest"].read_text())["attempts"][0]
+        assert first["completeness"]["status"] == "unproven" and first["lines"] == 10
+        return
+    with pytest.raises(RlkeepError, match=r"trainer log of attempt rl-demo \(/demo/rl-demo\) cannot be read whole"):
+        sync_logs(ctx)
+    assert not ctx.outputs["manifest"].exists()
+
+
 def test_empty_trace_prefix_is_a_clear_error(tmp_path: Path, bucket: str) -> None:
     with pytest.raises(RlkeepError, match=r"trace_jobs: no trace objects under this prefix"):
         sync_traces(context(tmp_path, bucket))
