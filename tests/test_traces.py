@@ -509,8 +509,29 @@ def test_cli_single_commit_replaces_remote_shards(hub_server, tmp_path: Path, mo
     api = HfApi(endpoint=hub_server.url, token=hub_server.token)
     remote = api.list_repo_files("org/rl-traces", repo_type="dataset")
     assert sorted(p for p in remote if p.startswith("data/")) == [f"data/{shard_names(1)[0]}"]
-    assert MANIFEST_NAME in remote
+    assert MANIFEST_NAME in remote and "README.md" in remote  # the dataset card goes in the same commit
+    card = Path(api.hf_hub_download("org/rl-traces", "README.md", repo_type="dataset",
+                                    local_dir=tmp_path / "card")).read_text()
+    assert "Trials with a result.json: 2" in card and "Filter: `none`" in card
     assert list(scratch.iterdir()) == []  # the temporary staging is gone after verification
+
+
+def test_a_changed_card_on_the_hub_fails_verification(hub_server, tmp_path: Path) -> None:
+    from rlkeep.hub import replace_trace_shards, verify_trace_publication
+
+    root = tmp_path / "trace_jobs"
+    write_trace_tree(root, 3, seed=13, outcomes={"success": 1})
+    stage = tmp_path / "stage"
+    build(root, stage)
+    published = replace_trace_shards(stage, "org/card-check", private=True, endpoint=hub_server.url,
+                                     token=hub_server.token, commit_message="traces")
+    assert "README.md" in published["uploaded"]
+    verify_trace_publication(stage, "org/card-check", published["commit"], endpoint=hub_server.url,
+                             token=hub_server.token)
+    hub_server.edit_file("org/card-check", "README.md", b"# someone else's card\n", repo_type="dataset")
+    with pytest.raises(RlkeepError, match=r"README\.md: (size|content|sha256) differs"):
+        verify_trace_publication(stage, "org/card-check", published["commit"], endpoint=hub_server.url,
+                                 token=hub_server.token)
 
 
 def test_cli_keeps_the_staging_when_publication_fails(hub_server, tmp_path: Path, monkeypatch) -> None:

@@ -27,9 +27,51 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+
 MAIN_SOURCE = "main"
 ROLE_OF_SOURCE = {"system": "system", "user": "user", "agent": "assistant"}
 SHAREGPT_FROM = {"system": "system", "user": "human", "assistant": "gpt"}
+
+CONVERSATION_TYPE = pa.list_(pa.struct([
+    pa.field("role", pa.string(), nullable=False),
+    pa.field("content", pa.string(), nullable=False),
+]))
+SHAREGPT_TYPE = pa.list_(pa.struct([
+    pa.field("from", pa.string(), nullable=False),
+    pa.field("value", pa.string(), nullable=False),
+]))
+TEXT_COLUMNS = ("agent", "model", "model_provider", "date", "task", "episode", "run_id", "trial_name",
+                "result", "instruction", "verifier_output", "tool_definitions", "trace_source")
+COLUMNS = ("conversations",) + TEXT_COLUMNS
+SHAREGPT_COLUMN = "conversations_sharegpt"
+# Shard names as Harbor's exporter (and `datasets.push_to_hub`) writes them.
+SHARD_NAME = "train-{index:05d}-of-{count:05d}.parquet"
+
+
+def _value() -> dict[str, str]:
+    return {"dtype": "string", "_type": "Value"}
+
+
+def hf_features(sharegpt: bool) -> dict[str, Any]:
+    """The `datasets` Features of the rows, in the form every `datasets` version reads (a list of
+    dicts is a list feature: `List` from datasets 4 on, a sequence of dicts before)."""
+    features: dict[str, Any] = {"conversations": [{"role": _value(), "content": _value()}]}
+    features.update({name: _value() for name in TEXT_COLUMNS})
+    if sharegpt:
+        features[SHAREGPT_COLUMN] = [{"from": _value(), "value": _value()}]
+    return features
+
+
+def row_schema(sharegpt: bool = False) -> pa.Schema:
+    """The arrow schema with the `huggingface` Features metadata in the footer, so that
+    `datasets.load_dataset("parquet", ...)` gives the same Features as Harbor's export."""
+    fields = [pa.field("conversations", CONVERSATION_TYPE, nullable=False)]
+    fields += [pa.field(name, pa.string()) for name in TEXT_COLUMNS]
+    if sharegpt:
+        fields.append(pa.field(SHAREGPT_COLUMN, SHAREGPT_TYPE, nullable=False))
+    metadata = json.dumps({"info": {"features": hf_features(sharegpt)}}, separators=(",", ":"))
+    return pa.schema(fields, metadata={b"huggingface": metadata.encode()})
 
 
 @dataclass(frozen=True)

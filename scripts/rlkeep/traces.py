@@ -3,48 +3,40 @@
 Input is the sync step's `trace_jobs.tar` (member names relative to the trace root, e.g.
 `<trial>/result.json`) or an already extracted trace root. Every trial directory is read:
 `result.json`, the ATIF `agent/trajectory.json` with its `trajectory.cont-N.json`
-continuations, and `verifier/test-stdout.txt` + `test-stderr.txt`. Rows follow the Harbor
-trace-export columns (see `COLUMNS`); shards are `data/train-NNNNN.parquet` next to
-`trace_export_manifest.json`.
+continuations and the subagent trajectories it refers to, and `verifier/test-stdout.txt` +
+`test-stderr.txt`. Rows are Harbor 0.26 `traces export` rows (rendering: rlkeep.trace_rows;
+columns: `COLUMNS`, plus `conversations_sharegpt` with sharegpt=True); shards are
+`data/train-iiiii-of-nnnnn.parquet` carrying the `huggingface` Features metadata, next to
+`trace_export_manifest.json` and the dataset card README.md (rlkeep.trace_card).
 
 Decisions worth knowing (the manifest states the ones a reader of the data needs):
 - Trial order is the sorted trial directory name; shard k holds the rows of the k-th group of
   `trials_per_shard` trials that produced rows, so the index advances only for non-empty
   shards. Same input, same options and same pyarrow version give the same bytes: fixed
   schema, fixed writer options, no timestamps.
-- `result` is a string: the reward (`str(float(reward))`, e.g. "1.0") when
-  `verifier_result.rewards` has one, else the exception type, else null. result.json is the
-  record of the reward (SkyRL reads the same field); verifier/reward.* files are not consulted.
-- `filter="success"` keeps trials with reward > 0 (partial credit counts; for 0/1 rewards
-  this equals reward == 1); `"failure"` keeps the rest, exceptions and missing rewards included.
-- Episodes: one episode per agent step that is not copied context. Steps are taken from
-  trajectory.json then each continuation in numeric order; `is_copied_context` steps repeat
-  earlier context and are dropped, so a conversation never repeats itself. `last` gives one
-  row with the whole conversation (episode = the last one); `all` gives one row per episode
-  with the conversation up to and including that agent turn.
-- Conversations start with `user` and alternate: system steps become user text (so a system
-  prompt is folded into the first user turn), consecutive same-role messages are joined with
-  a blank line, an observation is a user turn unless it follows the final agent step of the
-  row. Agent turns render as `<think>{reasoning}</think>\\n{message}` then one
-  `<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>` block per call. A
-  trajectory whose first message is an agent turn is counted as malformed (`no_user_turn`)
+- `result` (as Harbor 0.26): the exception type when result.json has one (a trial that timed out
+  and was still verified is its `AgentTimeoutError`), else the reward (`str(float(reward))`),
+  else null. `filter="success"` keeps trials with no exception and reward > 0; `"failure"` the rest.
+- `model` is the trajectory's `agent.model_name` as written (`hosted_vllm/Qwen3-8B`).
+- `verifier_output` is test-stdout then test-stderr joined with nothing (Harbor's join).
+- `instruction` is the first user message (Terminus-2 puts its prompt and the task there);
+  with native tools, the system text.
+- Text is what the model saw: credentials are always redacted (counts per kind reach the
+  manifest and the card) and lone surrogates, which parquet text cannot hold, become U+FFFD.
+  Terminal-noise cleaning (ANSI/OSC escapes, bracketed-paste markers, carriage-return
+  overwrites, other control characters, orphaned `</think>`) is an option, off by default, and
+  recorded in the manifest's `text_changes` and the card.
+- A trajectory whose first message is an agent turn is counted as malformed (`no_user_turn`)
   rather than given an invented prompt.
-- `instruction` is the message of the first `user` step of the trajectory (Terminus-2 puts
-  its prompt and the task there); the task folder itself is not part of a trial.
-- Text is cleaned (lone surrogates -> U+FFFD, ANSI/OSC escapes, bracketed-paste markers,
-  carriage-return overwrites resolved as a terminal would, other control characters) and then
-  passed through the redactor; only counts per kind reach the manifest.
 - Coverage = (trials with at least one row + trials excluded by the filter) / trial dirs with
-  result.json, 1.0 when there are none. With episodes=last and filter=none this equals
-  row_count / result_count; with episodes=all row_count can exceed result_count, so trials
-  are counted, not rows.
-  A trial excluded by the filter was read correctly, so it does not count against coverage.
-  Malformed trials are counted by reason; `missing_result` (agent/ without result.json: the
-  trial never finished) is reported but is not part of result_count.
+  result.json, 1.0 when there are none. With episodes=all row_count can exceed result_count,
+  so trials are counted, not rows. Malformed trials are counted by reason; `missing_result`
+  (agent/ without result.json: the trial never finished) is reported but is not part of
+  result_count.
 - Output: the build happens in a sibling work dir `.<out>.build-*`; a passing build replaces
-  out_dir/data/ as a whole (stale shards go with it) and then writes the manifest, which is
-  the completion marker. A build under the coverage gate withdraws the previous data/ and
-  manifest and leaves `trace_export_manifest.rejected.json` for inspection.
+  our earlier shards and card (an operator's README.md is kept) and then writes the manifest,
+  which is the completion marker. A build under the coverage gate withdraws the previous
+  shards, card and manifest and leaves `trace_export_manifest.rejected.json` for inspection.
 """
 from __future__ import annotations
 
@@ -70,10 +62,12 @@ import pyarrow.parquet as pq
 from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import dumps, write_json
 from rlkeep.jsonskim import SkimError, pick_members
+from rlkeep.trace_card import CARD_MARKER, CARD_NAME, CardInfo, render_card
 from rlkeep.trace_rows import (
-    MAIN_SOURCE, Context, content_text, context_messages, episode_conversations, instruction_of, sharegpt,
-    subagent_refs, tools_block,
+    COLUMNS, CONVERSATION_TYPE, MAIN_SOURCE, SHAREGPT_COLUMN, SHAREGPT_TYPE, SHARD_NAME, TEXT_COLUMNS, Context,
+    content_text, context_messages, episode_conversations, instruction_of, row_schema, subagent_refs, tools_block,
 )
+from rlkeep.trace_rows import sharegpt as to_sharegpt  # the option is called `sharegpt`
 
 EPISODES = ("last", "all")
 FILTERS = ("none", "success", "failure")
@@ -90,49 +84,6 @@ ROW_GROUP_CHARS = 16 * 1024 * 1024
 MALFORMED_EXAMPLES = 10
 HASH_CHUNK = 1 << 20
 READ_CHUNK = 1 << 20  # tar members larger than this are read into one preallocated buffer
-
-CONVERSATION_TYPE = pa.list_(pa.struct([
-    pa.field("role", pa.string(), nullable=False),
-    pa.field("content", pa.string(), nullable=False),
-]))
-SHAREGPT_TYPE = pa.list_(pa.struct([
-    pa.field("from", pa.string(), nullable=False),
-    pa.field("value", pa.string(), nullable=False),
-]))
-TEXT_COLUMNS = ("agent", "model", "model_provider", "date", "task", "episode", "run_id", "trial_name",
-                "result", "instruction", "verifier_output", "tool_definitions", "trace_source")
-COLUMNS = ("conversations",) + TEXT_COLUMNS
-SHAREGPT_COLUMN = "conversations_sharegpt"
-# Shard names as Harbor's exporter (and `datasets.push_to_hub`) writes them.
-SHARD_NAME = "train-{index:05d}-of-{count:05d}.parquet"
-CARD_NAME = "README.md"
-CARD_MARKER = "<!-- rlkeep: trace dataset card -->"
-
-
-def _value() -> dict[str, str]:
-    return {"dtype": "string", "_type": "Value"}
-
-
-def hf_features(sharegpt: bool) -> dict[str, Any]:
-    """The `datasets` Features of the rows, in the form every `datasets` version reads (a list of
-    dicts is a list feature: `List` from datasets 4 on, a sequence of dicts before)."""
-    features: dict[str, Any] = {"conversations": [{"role": _value(), "content": _value()}]}
-    features.update({name: _value() for name in TEXT_COLUMNS})
-    if sharegpt:
-        features[SHAREGPT_COLUMN] = [{"from": _value(), "value": _value()}]
-    return features
-
-
-def row_schema(sharegpt: bool = False) -> pa.Schema:
-    """The arrow schema with the `huggingface` Features metadata in the footer, so that
-    `datasets.load_dataset("parquet", ...)` gives the same Features as Harbor's export."""
-    fields = [pa.field("conversations", CONVERSATION_TYPE, nullable=False)]
-    fields += [pa.field(name, pa.string()) for name in TEXT_COLUMNS]
-    if sharegpt:
-        fields.append(pa.field(SHAREGPT_COLUMN, SHAREGPT_TYPE, nullable=False))
-    metadata = json.dumps({"info": {"features": hf_features(sharegpt)}}, separators=(",", ":"))
-    return pa.schema(fields, metadata={b"huggingface": metadata.encode()})
-
 
 SCHEMA = row_schema()
 # Short repeated values are dictionary encoded; long text is not (hashing it costs time, and
@@ -767,7 +718,7 @@ class _RowBatch:
         arrays = [_turns_array(self.conversations, CONVERSATION_TYPE)]
         arrays += [pa.array(self.columns[name], pa.string()) for name in TEXT_COLUMNS]
         if self.sharegpt:
-            arrays.append(_turns_array([sharegpt(c) for c in self.conversations], SHAREGPT_TYPE))
+            arrays.append(_turns_array([to_sharegpt(c) for c in self.conversations], SHAREGPT_TYPE))
         return pa.Table.from_arrays(arrays, schema=self.schema)
 
 
@@ -1070,86 +1021,6 @@ def _needed_below_trial(rel: str) -> bool:
     return bool(inner) and needed_for_export(inner)
 
 
-@dataclass(frozen=True)
-class CardInfo:
-    """What the dataset card says about where the rows come from (all from the record or the CLI)."""
-
-    job: str | None = None
-    dataset_repo: str | None = None
-    model_repo: str | None = None
-    endpoint: str = "https://huggingface.co"
-
-
-def _percent(value: float) -> str:
-    return f"{value * 100:.2f}%"
-
-
-def render_card(manifest: dict[str, Any], info: CardInfo) -> str:
-    """The dataset card (README.md): deterministic, built from the manifest and the record only."""
-    title = f"Agent traces of the RL run `{info.job}`" if info.job else "Agent traces"
-    redactions = manifest["redactions"]
-    redacted = sum(redactions.values())
-    kinds = ", ".join(f"{kind}: {count}" for kind, count in redactions.items()) or "none found"
-    changes = manifest["text_changes"]
-    cleaning = ("terminal noise was cleaned (ANSI/OSC escapes, bracketed-paste markers, carriage-return "
-                "overwrites and other control characters removed), so the text is not exactly what the model saw"
-                if changes["terminal_noise_cleaned"] else
-                "terminal noise was not cleaned: the text is what the model saw")
-    lines = [
-        "---",
-        "configs:",
-        "- config_name: default",
-        "  data_files:",
-        "  - split: train",
-        f"    path: {DATA_DIR}/train-*",
-        "tags:",
-        "- agent-traces",
-        "- harbor",
-        "---",
-        CARD_MARKER,
-        f"# {title}",
-        "",
-        "Rows in the layout of Harbor's `traces export` (one row per episode: the conversation up to "
-        "and including that agent turn), rebuilt by rlkeep from the full durable trace tree of the run.",
-        "",
-        "## Source",
-        "",
-    ]
-    if info.job:
-        lines.append(f"- Run (job): `{info.job}`")
-    if info.model_repo:
-        lines.append(f"- Policy model: [{info.model_repo}]({info.endpoint}/{info.model_repo})")
-    source = manifest.get("source") or {}
-    if source.get("sha256"):
-        lines.append(f"- Trace archive: `{source.get('name') or 'trace tree'}` (sha256 `{source['sha256']}`)")
-    lines += [
-        f"- Trials with a result.json: {manifest['result_count']}",
-        f"- Trials exported: {manifest['trials_exported']}; left out by the filter: {manifest['trials_filtered_out']}",
-        f"- Result coverage: {_percent(manifest['result_coverage'])} (gate: {_percent(manifest['min_coverage'])})",
-        f"- Rows: {manifest['row_count']} in {len(manifest['shards'])} shard(s)",
-        "",
-        "## Selection",
-        "",
-        f"- Episodes: `{manifest['episodes']}`"
-        + (" (one row per trial and trace source: its final episode, the whole last context)"
-           if manifest["episodes"] == "last" else " (one row per agent turn)"),
-        f"- Filter: `{manifest['filter']}` ({manifest['filter_rule']})",
-        f"- Columns: {', '.join(f'`{name}`' for name in manifest['columns'])}",
-        "",
-        "## Text",
-        "",
-        f"- Credentials were redacted before anything was written: {redacted} redaction(s) ({kinds}).",
-        f"- {cleaning[0].upper()}{cleaning[1:]}.",
-        "- Lone UTF-16 surrogates (not representable in parquet text) were replaced with U+FFFD.",
-    ]
-    malformed = manifest["malformed"]
-    if malformed:
-        lines += ["", "## Trials without rows", "",
-                  *(f"- `{reason}`: {count}" for reason, count in malformed.items())]
-    lines += ["", f"Details: `{MANIFEST_NAME}`.", ""]
-    return "\n".join(lines)
-
-
 def build_trace_dataset(source: Path, out_dir: Path, *, episodes: str = "last", filter: str = "none",
                         redactor: TextRedactor | None = None, min_coverage: float = DEFAULT_MIN_COVERAGE,
                         trials_per_shard: int = DEFAULT_TRIALS_PER_SHARD,
@@ -1209,7 +1080,8 @@ def build_trace_dataset(source: Path, out_dir: Path, *, episodes: str = "last", 
             manifest["card"] = {"written": False, "reason": f"{CARD_NAME} in the stage folder is not ours; kept"}
         else:
             manifest["card"] = {"written": True, "name": CARD_NAME}
-            (work / CARD_NAME).write_text(render_card(manifest, card or CardInfo()), encoding="utf-8")
+            text = render_card(manifest, card or CardInfo(), data_dir=DATA_DIR, manifest_name=MANIFEST_NAME)
+            (work / CARD_NAME).write_text(text, encoding="utf-8")
         write_json(work / MANIFEST_NAME, manifest)
         _install(work, out_dir)
         return manifest
