@@ -579,6 +579,8 @@ def test_stage_only_replaces_only_its_own_shards_and_keeps_every_other_file(mixe
     for rel, data in theirs.items():
         assert (stage / rel).read_bytes() == data, rel
     assert printed["kept_files"] == sorted(theirs)
+    saved = json.loads((stage / MANIFEST_NAME).read_text())
+    assert saved["card"]["written"] is False and "not ours" in saved["card"]["reason"]  # their README stays
     assert f"rlkeep: kept {len(theirs)} file(s) in {stage} that this export did not write" in captured.err
     assert not (stage / "data" / "train-00007.parquet").exists()  # a stale shard of ours is replaced
     shards = sorted(p.name for p in (stage / "data").glob("train-*.parquet"))
