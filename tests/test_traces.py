@@ -46,6 +46,10 @@ def rows(out: Path) -> list[dict]:
     return found
 
 
+def shard_names(count: int) -> list[str]:
+    return [f"train-{i:05d}-of-{count:05d}.parquet" for i in range(count)]
+
+
 def shard_bytes(out: Path) -> dict[str, bytes]:
     return {path.name: path.read_bytes() for path in sorted((out / "data").iterdir())}
 
@@ -79,7 +83,7 @@ def test_same_input_gives_same_shard_bytes_from_dir_copy_and_tar(mixed_tree, tmp
 
     assert len(first["shards"]) == 5  # 24 trials, 5 per shard
     reference = shard_bytes(tmp_path / "a")
-    assert list(reference) == [f"train-{i:05d}.parquet" for i in range(5)]
+    assert list(reference) == shard_names(5)
     for out in ("b", "c", "d"):
         assert shard_bytes(tmp_path / out) == reference
     assert first["shards"] == second["shards"] == from_copy["shards"] == from_tar["shards"]
@@ -147,8 +151,8 @@ def test_row_group_flushes_do_not_change_the_rows(mixed_tree, tmp_path: Path, mo
     build(root, tmp_path / "big-groups", episodes="all")
     monkeypatch.setattr(traces, "ROW_GROUP_CHARS", 20_000)
     build(root, tmp_path / "small-groups", episodes="all")
-    small = pq.ParquetFile(tmp_path / "small-groups" / "data" / "train-00000.parquet")
-    big = pq.ParquetFile(tmp_path / "big-groups" / "data" / "train-00000.parquet")
+    small = pq.ParquetFile(tmp_path / "small-groups" / "data" / shard_names(1)[0])
+    big = pq.ParquetFile(tmp_path / "big-groups" / "data" / shard_names(1)[0])
     assert small.metadata.num_row_groups > 3 and big.metadata.num_row_groups == 1
     assert rows(tmp_path / "small-groups") == rows(tmp_path / "big-groups")
 
@@ -158,13 +162,13 @@ def test_rerun_with_fewer_trials_removes_stale_shards(tmp_path: Path) -> None:
     summaries = write_trace_tree(root, 9, seed=3, outcomes={"success": 1})
     out = tmp_path / "stage" / "traces"
     build(root, out, trials_per_shard=2)
-    assert sorted(p.name for p in (out / "data").iterdir()) == [f"train-{i:05d}.parquet" for i in range(5)]
+    assert sorted(p.name for p in (out / "data").iterdir()) == shard_names(5)
 
     for summary in summaries[3:]:
         shutil.rmtree(root / summary.name)
     manifest = build(root, out, trials_per_shard=2)
-    assert sorted(p.name for p in (out / "data").iterdir()) == ["train-00000.parquet", "train-00001.parquet"]
-    assert [s["name"] for s in manifest["shards"]] == ["train-00000.parquet", "train-00001.parquet"]
+    assert sorted(p.name for p in (out / "data").iterdir()) == shard_names(2)
+    assert [s["name"] for s in manifest["shards"]] == shard_names(2)
     assert [s["rows"] for s in manifest["shards"]] == [2, 1]
     assert sorted(p.name for p in out.parent.iterdir()) == ["traces"]  # no work dirs left behind
     assert {r["trial_name"] for r in rows(out)} == {s.name for s in summaries[:3]}
@@ -176,7 +180,7 @@ def test_no_rows_gives_one_empty_shard_with_the_schema(tmp_path: Path) -> None:
     manifest = build(root, tmp_path / "out", filter="success")
     assert manifest["row_count"] == 0 and manifest["trials_filtered_out"] == 3
     assert manifest["result_coverage"] == 1.0
-    table = pq.read_table(tmp_path / "out" / "data" / "train-00000.parquet")
+    table = pq.read_table(tmp_path / "out" / "data" / shard_names(1)[0])
     assert table.num_rows == 0 and table.column_names == list(COLUMNS)
     assert manifest["shards"][0]["rows"] == 0
 
@@ -340,13 +344,13 @@ def test_filter_success_and_failure(mixed_tree, tmp_path: Path) -> None:
     assert {r["trial_name"] for r in rows(tmp_path / "f")} == {s.name for s in summaries} - winners
     assert success["result_coverage"] == failure["result_coverage"] == 1.0
     assert success["trials_filtered_out"] == len(summaries) - len(winners)
-    assert success["filter"] == "success" and success["filter_rule"] == "reward > 0"
+    assert success["filter"] == "success" and success["filter_rule"] == "reward > 0 and no exception"
 
 
 def test_row_columns(mixed_tree, tmp_path: Path) -> None:
     root, summaries = mixed_tree
     build(root, tmp_path / "out")
-    table = pq.read_table(tmp_path / "out" / "data" / "train-00000.parquet")
+    table = pq.read_table(tmp_path / "out" / "data" / shard_names(1)[0])
     assert table.column_names == list(COLUMNS)
     found = {r["trial_name"]: r for r in table.to_pylist()}
     for summary in summaries:
@@ -355,14 +359,18 @@ def test_row_columns(mixed_tree, tmp_path: Path) -> None:
         assert row["run_id"] == summary.name  # SkyRL trials have no job id
         assert row["task"] == summary.task
         assert row["date"] == result["started_at"]
-        assert (row["agent"], row["model"], row["model_provider"]) == ("terminus-2", "Qwen3-8B", "hosted_vllm")
+        assert (row["agent"], row["model"], row["model_provider"]) == ("terminus-2", "hosted_vllm/Qwen3-8B",
+                                                                       "hosted_vllm")  # as written, like Harbor
         expected = str(summary.reward) if summary.reward is not None else summary.exception_type
         assert row["result"] == expected
         assert row["instruction"].startswith("You are an AI assistant") and summary.task in row["instruction"]
         if summary.reward is None:
             assert row["verifier_output"] is None
         else:
-            assert "test session starts" in row["verifier_output"] and "\x1b" not in row["verifier_output"]
+            verifier = root / summary.name / "verifier"
+            expected_output = "".join((verifier / name).read_text() for name in ("test-stdout.txt", "test-stderr.txt")
+                                      if (verifier / name).is_file())
+            assert "test session starts" in row["verifier_output"] and row["verifier_output"] == expected_output
 
 
 def test_skimmed_result_json_gives_the_same_shards_as_the_full_parse(mixed_tree, tmp_path: Path,
@@ -384,49 +392,19 @@ def test_skimmed_result_json_gives_the_same_shards_as_the_full_parse(mixed_tree,
     assert skimmed["row_count"] == full["row_count"] > 0
 
 
-def test_conversations_alternate_start_with_user_and_survive_continuations(tmp_path: Path) -> None:
-    root = tmp_path / "trace_jobs"
-    summaries = [
-        write_trial(root, "cont-v18__CCCCCCC", seed=1, n_steps=6, atif_version="ATIF-v1.8",
-                    continuation_after=3, reward_format="json"),
-        write_trial(root, "plain-v16__DDDDDDD", seed=1, n_steps=3, atif_version="ATIF-v1.6", cast=True),
-    ]
-    # A system step before the user prompt: folded into the first user turn.
-    system_first = trial_files("system-first__EEEEEEE", seed=2, n_steps=2)
-    doc = json.loads(system_first["agent/trajectory.json"])
-    doc["steps"].insert(0, {"step_id": 0, "source": "system", "message": "SYSTEM RULES"})
-    system_first["agent/trajectory.json"] = json.dumps(doc).encode()
-    write_files(root / "system-first__EEEEEEE", system_first)
-
-    assert (root / "cont-v18__CCCCCCC" / "agent" / "trajectory.cont-1.json").is_file()
-    build(root, tmp_path / "out")
-    found = {r["trial_name"]: r for r in rows(tmp_path / "out")}
-    for row in found.values():
-        roles = [turn["role"] for turn in row["conversations"]]
-        assert roles[0] == "user" and roles[-1] == "assistant"
-        assert all(a != b for a, b in zip(roles, roles[1:]))
-        assert set(roles) == {"user", "assistant"}
-    cont = found["cont-v18__CCCCCCC"]["conversations"]
-    assert sum(turn["role"] == "assistant" for turn in cont) == summaries[0].n_agent_steps == 6
-    assert sum(turn["content"].count("You are an AI assistant") for turn in cont) == 1  # copied context dropped
-    assert any("Summary of the work so far" in turn["content"] for turn in cont)
-    first_user = found["system-first__EEEEEEE"]["conversations"][0]["content"]
-    assert first_user.startswith("SYSTEM RULES\n\nYou are an AI assistant")
-    assert found["system-first__EEEEEEE"]["instruction"].startswith("You are an AI assistant")
-    agent_turn = cont[1]["content"]
-    assert agent_turn.startswith("<think>") and "</think>\nAnalysis:" in agent_turn
-    assert '<tool_call>\n{"name": "bash_command", "arguments": {"keystrokes": ' in agent_turn
-    assert agent_turn.endswith("</tool_call>")
-    assert '"name": "mark_task_complete"' in cont[-1]["content"]
-    assert not cont[-1]["content"].startswith("New Terminal Output")
-
-
 def test_lone_surrogate_and_terminal_noise_are_cleaned(tmp_path: Path) -> None:
     root = tmp_path / "trace_jobs"
     write_trial(root, "noisy__FFFFFFF", seed=3, n_steps=8, surrogate=True, noise=True)
     raw = (root / "noisy__FFFFFFF" / "agent" / "trajectory.json").read_text()
     assert "\\ud83d" in raw and "\\u001b[" in raw and "\\r" in raw  # the input really is dirty
-    manifest = build(root, tmp_path / "out")
+    kept = build(root, tmp_path / "raw")  # the default: the text the model saw, surrogates aside
+    raw_text = json.dumps(rows(tmp_path / "raw"), ensure_ascii=False)
+    assert "\\u001b[" in raw_text and "\\r" in raw_text and "broken emoji \ufffd here" in raw_text
+    assert kept["text_changes"]["terminal_noise_cleaned"] is False and "terminal_noise" not in kept["repairs"]
+    manifest = build(root, tmp_path / "out", clean_terminal_noise=True)
+    assert manifest["text_changes"]["terminal_noise_cleaned"] is True
+    assert "Terminal noise was cleaned" in (tmp_path / "out" / "README.md").read_text()
+    assert "Terminal noise was not cleaned" in (tmp_path / "raw" / "README.md").read_text()
     text = json.dumps(rows(tmp_path / "out"), ensure_ascii=False)
     for noise in ("\x1b", "\r", "[200~", "[201~", "\\u001b"):
         assert noise not in text
@@ -487,7 +465,7 @@ def test_cli_stage_only(mixed_tree, tmp_path: Path, capsys) -> None:
                      "--episodes", "all", "--filter", "none"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["status"] == "staged" and printed["row_count"] == sum(s.n_agent_steps for s in summaries)
-    assert (stage / MANIFEST_NAME).is_file() and (stage / "data" / "train-00000.parquet").is_file()
+    assert (stage / MANIFEST_NAME).is_file() and (stage / "data" / shard_names(1)[0]).is_file()
 
 
 def test_cli_refuses_bad_arguments_and_reports_coverage(tmp_path: Path, capsys) -> None:
@@ -515,7 +493,7 @@ def test_cli_single_commit_replaces_remote_shards(hub_server, tmp_path: Path, mo
     common = ["--repo-id", "org/rl-traces", "--single-commit", "--trials-per-shard", "2"]
     assert cli_main(["--job-dir", str(root), *common]) == 0
     first = json.loads(capsys.readouterr().out)
-    assert first["status"] == "published" and first["shards"] == [f"train-{i:05d}.parquet" for i in range(4)]
+    assert first["status"] == "published" and first["shards"] == shard_names(4)
     assert first["verification"]["status"] == "completed"
 
     for trial in sorted(root.iterdir())[2:]:  # fewer trials: the remote stale shards must go
@@ -524,15 +502,36 @@ def test_cli_single_commit_replaces_remote_shards(hub_server, tmp_path: Path, mo
     tar_tree(root, tar_path)
     assert cli_main(["--job-dir", str(tar_path), *common]) == 0
     second = json.loads(capsys.readouterr().out)
-    assert second["shards"] == ["train-00000.parquet"]
-    assert sorted(second["publication"]["deleted"]) == [f"data/train-{i:05d}.parquet" for i in (1, 2, 3)]
+    assert second["shards"] == shard_names(1)
+    assert sorted(second["publication"]["deleted"]) == [f"data/{name}" for name in shard_names(4)]
 
     from huggingface_hub import HfApi
     api = HfApi(endpoint=hub_server.url, token=hub_server.token)
     remote = api.list_repo_files("org/rl-traces", repo_type="dataset")
-    assert sorted(p for p in remote if p.startswith("data/")) == ["data/train-00000.parquet"]
-    assert MANIFEST_NAME in remote
+    assert sorted(p for p in remote if p.startswith("data/")) == [f"data/{shard_names(1)[0]}"]
+    assert MANIFEST_NAME in remote and "README.md" in remote  # the dataset card goes in the same commit
+    card = Path(api.hf_hub_download("org/rl-traces", "README.md", repo_type="dataset",
+                                    local_dir=tmp_path / "card")).read_text()
+    assert "Trials with a result.json: 2" in card and "Filter: `none`" in card
     assert list(scratch.iterdir()) == []  # the temporary staging is gone after verification
+
+
+def test_a_changed_card_on_the_hub_fails_verification(hub_server, tmp_path: Path) -> None:
+    from rlkeep.hub import replace_trace_shards, verify_trace_publication
+
+    root = tmp_path / "trace_jobs"
+    write_trace_tree(root, 3, seed=13, outcomes={"success": 1})
+    stage = tmp_path / "stage"
+    build(root, stage)
+    published = replace_trace_shards(stage, "org/card-check", private=True, endpoint=hub_server.url,
+                                     token=hub_server.token, commit_message="traces")
+    assert "README.md" in published["uploaded"]
+    verify_trace_publication(stage, "org/card-check", published["commit"], endpoint=hub_server.url,
+                             token=hub_server.token)
+    hub_server.edit_file("org/card-check", "README.md", b"# someone else's card\n", repo_type="dataset")
+    with pytest.raises(RlkeepError, match=r"README\.md: (size|content|sha256) differs"):
+        verify_trace_publication(stage, "org/card-check", published["commit"], endpoint=hub_server.url,
+                                 token=hub_server.token)
 
 
 def test_cli_keeps_the_staging_when_publication_fails(hub_server, tmp_path: Path, monkeypatch) -> None:
@@ -547,7 +546,7 @@ def test_cli_keeps_the_staging_when_publication_fails(hub_server, tmp_path: Path
         cli_main(["--job-dir", str(root), "--repo-id", "org/rl-traces", "--single-commit"])
     assert "staged export kept at" in str(caught.value)
     kept = [path for path in scratch.rglob(MANIFEST_NAME)]
-    assert len(kept) == 1 and (kept[0].parent / "data" / "train-00000.parquet").is_file()
+    assert len(kept) == 1 and (kept[0].parent / "data" / shard_names(1)[0]).is_file()
     assert "not-the-server-token" not in str(caught.value)
 
 
@@ -580,6 +579,8 @@ def test_stage_only_replaces_only_its_own_shards_and_keeps_every_other_file(mixe
     for rel, data in theirs.items():
         assert (stage / rel).read_bytes() == data, rel
     assert printed["kept_files"] == sorted(theirs)
+    saved = json.loads((stage / MANIFEST_NAME).read_text())
+    assert saved["card"]["written"] is False and "not ours" in saved["card"]["reason"]  # their README stays
     assert f"rlkeep: kept {len(theirs)} file(s) in {stage} that this export did not write" in captured.err
     assert not (stage / "data" / "train-00007.parquet").exists()  # a stale shard of ours is replaced
     shards = sorted(p.name for p in (stage / "data").glob("train-*.parquet"))

@@ -569,7 +569,7 @@ def _staged_traces(stage_dir: Path) -> tuple[dict[str, Path], list[str]]:
     shards = sorted(rel for rel in files if DATA_SHARD_RE.fullmatch(rel))
     if not any(TRAIN_SHARD_RE.fullmatch(rel) for rel in shards):
         raise RlkeepError(f"{stage_dir}: no data/train-*.parquet shard to publish")
-    unexpected = sorted(files.keys() - set(shards) - {MANIFEST_NAME})
+    unexpected = sorted(files.keys() - set(shards) - {MANIFEST_NAME, CARD_NAME})
     if unexpected:
         raise RlkeepError(f"{stage_dir}: trace staging holds files that are not part of a trace export: "
                           f"{', '.join(unexpected)}")
@@ -591,7 +591,7 @@ def replace_trace_shards(stage_dir: Path, repo_id: str, *, private: bool, endpoi
     with hub_step(target, "dataset", repo_id, "file listing"):
         remote = api.list_repo_files(repo_id, repo_type="dataset", revision=head)
     stale = sorted(path for path in remote if TRAIN_SHARD_RE.fullmatch(path) and path not in files)
-    uploads = shards + [MANIFEST_NAME]
+    uploads = shards + [name for name in (CARD_NAME,) if name in files] + [MANIFEST_NAME]
     operations: list[CommitOperationAdd | CommitOperationDelete] = [
         CommitOperationAdd(path_in_repo=rel, path_or_fileobj=str(files[rel])) for rel in uploads]
     operations += [CommitOperationDelete(path_in_repo=path, is_folder=False) for path in stale]
@@ -627,6 +627,9 @@ def verify_trace_publication(stage_dir: Path, repo_id: str, commit: str, *, endp
         local = FileDigest(files[rel].stat().st_size, sha256_file(files[rel]))
         evidence_shards.append({"path": rel, "size": local.size, "sha256": local.sha256})
         problems += _remote_file_problems(rel, files[rel], local, remote.get(rel))
+    if CARD_NAME in files:  # the dataset card the export wrote: same bytes on the Hub
+        card = FileDigest(files[CARD_NAME].stat().st_size, sha256_file(files[CARD_NAME]))
+        problems += _remote_file_problems(CARD_NAME, files[CARD_NAME], card, remote.get(CARD_NAME))
     problems += _manifest_problems(api, target, repo_id, head, files[MANIFEST_NAME])
     if problems:
         raise RlkeepError(target.scrub(

@@ -3,48 +3,40 @@
 Input is the sync step's `trace_jobs.tar` (member names relative to the trace root, e.g.
 `<trial>/result.json`) or an already extracted trace root. Every trial directory is read:
 `result.json`, the ATIF `agent/trajectory.json` with its `trajectory.cont-N.json`
-continuations, and `verifier/test-stdout.txt` + `test-stderr.txt`. Rows follow the Harbor
-trace-export columns (see `COLUMNS`); shards are `data/train-NNNNN.parquet` next to
-`trace_export_manifest.json`.
+continuations and the subagent trajectories it refers to, and `verifier/test-stdout.txt` +
+`test-stderr.txt`. Rows are Harbor 0.26 `traces export` rows (rendering: rlkeep.trace_rows;
+columns: `COLUMNS`, plus `conversations_sharegpt` with sharegpt=True); shards are
+`data/train-iiiii-of-nnnnn.parquet` carrying the `huggingface` Features metadata, next to
+`trace_export_manifest.json` and the dataset card README.md (rlkeep.trace_card).
 
 Decisions worth knowing (the manifest states the ones a reader of the data needs):
 - Trial order is the sorted trial directory name; shard k holds the rows of the k-th group of
   `trials_per_shard` trials that produced rows, so the index advances only for non-empty
   shards. Same input, same options and same pyarrow version give the same bytes: fixed
   schema, fixed writer options, no timestamps.
-- `result` is a string: the reward (`str(float(reward))`, e.g. "1.0") when
-  `verifier_result.rewards` has one, else the exception type, else null. result.json is the
-  record of the reward (SkyRL reads the same field); verifier/reward.* files are not consulted.
-- `filter="success"` keeps trials with reward > 0 (partial credit counts; for 0/1 rewards
-  this equals reward == 1); `"failure"` keeps the rest, exceptions and missing rewards included.
-- Episodes: one episode per agent step that is not copied context. Steps are taken from
-  trajectory.json then each continuation in numeric order; `is_copied_context` steps repeat
-  earlier context and are dropped, so a conversation never repeats itself. `last` gives one
-  row with the whole conversation (episode = the last one); `all` gives one row per episode
-  with the conversation up to and including that agent turn.
-- Conversations start with `user` and alternate: system steps become user text (so a system
-  prompt is folded into the first user turn), consecutive same-role messages are joined with
-  a blank line, an observation is a user turn unless it follows the final agent step of the
-  row. Agent turns render as `<think>{reasoning}</think>\\n{message}` then one
-  `<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>` block per call. A
-  trajectory whose first message is an agent turn is counted as malformed (`no_user_turn`)
+- `result` (as Harbor 0.26): the exception type when result.json has one (a trial that timed out
+  and was still verified is its `AgentTimeoutError`), else the reward (`str(float(reward))`),
+  else null. `filter="success"` keeps trials with no exception and reward > 0; `"failure"` the rest.
+- `model` is the trajectory's `agent.model_name` as written (`hosted_vllm/Qwen3-8B`).
+- `verifier_output` is test-stdout then test-stderr joined with nothing (Harbor's join).
+- `instruction` is the first user message (Terminus-2 puts its prompt and the task there);
+  with native tools, the system text.
+- Text is what the model saw: credentials are always redacted (counts per kind reach the
+  manifest and the card) and lone surrogates, which parquet text cannot hold, become U+FFFD.
+  Terminal-noise cleaning (ANSI/OSC escapes, bracketed-paste markers, carriage-return
+  overwrites, other control characters, orphaned `</think>`) is an option, off by default, and
+  recorded in the manifest's `text_changes` and the card.
+- A trajectory whose first message is an agent turn is counted as malformed (`no_user_turn`)
   rather than given an invented prompt.
-- `instruction` is the message of the first `user` step of the trajectory (Terminus-2 puts
-  its prompt and the task there); the task folder itself is not part of a trial.
-- Text is cleaned (lone surrogates -> U+FFFD, ANSI/OSC escapes, bracketed-paste markers,
-  carriage-return overwrites resolved as a terminal would, other control characters) and then
-  passed through the redactor; only counts per kind reach the manifest.
 - Coverage = (trials with at least one row + trials excluded by the filter) / trial dirs with
-  result.json, 1.0 when there are none. With episodes=last and filter=none this equals
-  row_count / result_count; with episodes=all row_count can exceed result_count, so trials
-  are counted, not rows.
-  A trial excluded by the filter was read correctly, so it does not count against coverage.
-  Malformed trials are counted by reason; `missing_result` (agent/ without result.json: the
-  trial never finished) is reported but is not part of result_count.
+  result.json, 1.0 when there are none. With episodes=all row_count can exceed result_count,
+  so trials are counted, not rows. Malformed trials are counted by reason; `missing_result`
+  (agent/ without result.json: the trial never finished) is reported but is not part of
+  result_count.
 - Output: the build happens in a sibling work dir `.<out>.build-*`; a passing build replaces
-  out_dir/data/ as a whole (stale shards go with it) and then writes the manifest, which is
-  the completion marker. A build under the coverage gate withdraws the previous data/ and
-  manifest and leaves `trace_export_manifest.rejected.json` for inspection.
+  our earlier shards and card (an operator's README.md is kept) and then writes the manifest,
+  which is the completion marker. A build under the coverage gate withdraws the previous
+  shards, card and manifest and leaves `trace_export_manifest.rejected.json` for inspection.
 """
 from __future__ import annotations
 
@@ -70,9 +62,17 @@ import pyarrow.parquet as pq
 from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import dumps, write_json
 from rlkeep.jsonskim import SkimError, pick_members
+from rlkeep.trace_card import CARD_MARKER, CARD_NAME, CardInfo, render_card
+from rlkeep.trace_rows import (
+    COLUMNS, CONVERSATION_TYPE, MAIN_SOURCE, SHAREGPT_COLUMN, SHAREGPT_TYPE, SHARD_NAME, TEXT_COLUMNS, Context,
+    content_text, context_messages, episode_conversations, instruction_of, row_schema, subagent_refs, tools_block,
+)
+from rlkeep.trace_rows import sharegpt as to_sharegpt  # the option is called `sharegpt`
 
 EPISODES = ("last", "all")
 FILTERS = ("none", "success", "failure")
+FILTER_RULES = {"none": "every readable trial", "success": "reward > 0 and no exception",
+                "failure": "the rest: reward missing or <= 0, or an exception (a timed-out trial included)"}
 MANIFEST_NAME = "trace_export_manifest.json"
 REJECTED_MANIFEST_NAME = "trace_export_manifest.rejected.json"
 DATA_DIR = "data"
@@ -85,14 +85,7 @@ MALFORMED_EXAMPLES = 10
 HASH_CHUNK = 1 << 20
 READ_CHUNK = 1 << 20  # tar members larger than this are read into one preallocated buffer
 
-CONVERSATION_TYPE = pa.list_(pa.struct([
-    pa.field("role", pa.string(), nullable=False),
-    pa.field("content", pa.string(), nullable=False),
-]))
-COLUMNS = ("conversations", "agent", "model", "model_provider", "date", "task", "episode",
-           "run_id", "trial_name", "result", "instruction", "verifier_output")
-SCHEMA = pa.schema([pa.field("conversations", CONVERSATION_TYPE, nullable=False)]
-                   + [pa.field(name, pa.string()) for name in COLUMNS[1:]])
+SCHEMA = row_schema()
 # Short repeated values are dictionary encoded; long text is not (hashing it costs time, and
 # the dictionary would overflow anyway).
 DICTIONARY_COLUMNS = ["conversations.list.element.role", "agent", "model", "model_provider",
@@ -281,10 +274,14 @@ VERIFIER_OUTPUT = ("verifier/test-stdout.txt", "verifier/test-stderr.txt")
 
 
 def needed_for_export(rel: str) -> bool:
-    """Whether the export reads this path (relative to the trial dir); panes, recordings,
-    logs and configs are never read."""
-    return (rel == RESULT or rel in VERIFIER_OUTPUT
-            or (rel.startswith("agent/trajectory") and rel.endswith(".json") and rel.count("/") == 1))
+    """Whether the export reads this path (relative to the trial dir): result.json, the verifier
+    output and every `trajectory*.json` below agent/ (continuations and subagent trajectories);
+    panes, recordings, logs, configs and Terminus-2's episode-N/ call logs are never read."""
+    if rel == RESULT or rel in VERIFIER_OUTPUT:
+        return True
+    parts = rel.split("/")
+    return (len(parts) >= 2 and parts[0] == "agent" and parts[-1].startswith("trajectory")
+            and rel.endswith(".json") and not any(part.startswith("episode-") for part in parts[1:-1]))
 
 
 @dataclass(frozen=True)
@@ -320,10 +317,13 @@ class TrialFiles:
                 files[rel] = (self.path / rel).read_bytes()
         agent = self.path / "agent"
         if agent.is_dir():
-            for entry in os.scandir(agent):
-                rel = f"agent/{entry.name}"
-                if needed_for_export(rel) and entry.is_file():
-                    files[rel] = Path(entry.path).read_bytes()
+            for folder, dirs, names in os.walk(agent):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("episode-"))
+                for name in names:
+                    path = Path(folder, name)
+                    rel = path.relative_to(self.path).as_posix()
+                    if needed_for_export(rel) and path.is_file() and not path.is_symlink():
+                        files[rel] = path.read_bytes()
         return TrialContent(self.name, files)
 
 
@@ -483,116 +483,6 @@ class MalformedTrial(Exception):
         self.reason = reason
 
 
-def _content_text(value: Any) -> str:
-    """ATIF message / observation content: a string, or (v1.6+) a list of content parts."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        pieces = []
-        for part in value:
-            if isinstance(part, str):
-                pieces.append(part)
-            elif isinstance(part, dict) and isinstance(part.get("text"), str):
-                pieces.append(part["text"])
-            elif isinstance(part, dict):
-                pieces.append(f"[{part.get('type', 'content')}]")
-        return "\n".join(pieces)
-    return json.dumps(value, ensure_ascii=False)
-
-
-def render_agent_turn(step: dict[str, Any]) -> str:
-    """`<think>{reasoning}</think>\\n{message}` plus one <tool_call> block per call."""
-    message = _content_text(step.get("message"))
-    reasoning = _content_text(step.get("reasoning_content"))
-    if "</think>" in message and "<think>" not in message and not reasoning:
-        message = "<think>" + message  # the chat template opened the think block in the prompt
-    pieces = [f"<think>{reasoning}</think>\n{message}" if reasoning else message]
-    for call in step.get("tool_calls") or []:
-        if not isinstance(call, dict):
-            continue
-        payload = {"name": call.get("function_name"), "arguments": call.get("arguments")}
-        pieces.append("<tool_call>\n" + json.dumps(payload, ensure_ascii=False) + "\n</tool_call>")
-    return "\n".join(piece for piece in pieces if piece)
-
-
-def _subagent_label(ref: Any) -> str:
-    """A subagent's trajectory is not inlined (it lives in another file); it is named in place."""
-    refs = ref if isinstance(ref, list) else [ref]
-    labels = []
-    for item in refs:
-        if isinstance(item, str):
-            labels.append(item)
-        elif isinstance(item, dict):
-            labels.append(next((str(item[key]) for key in ("trajectory_path", "session_id", "trajectory_id")
-                                if item.get(key)), "subagent"))
-    return ", ".join(labels) or "subagent"
-
-
-def observation_text(step: dict[str, Any]) -> str:
-    observation = step.get("observation")
-    if not isinstance(observation, dict):
-        return ""
-    pieces = []
-    for result in observation.get("results") or []:
-        if not isinstance(result, dict):
-            continue
-        content = _content_text(result.get("content"))
-        ref = result.get("subagent_trajectory_ref")
-        if ref:
-            content = f"[subagent:{_subagent_label(ref)}]" + (f"\n{content}" if content else "")
-        if content:
-            pieces.append(content)
-    return "\n".join(pieces)
-
-
-@dataclass(frozen=True)
-class Message:
-    role: str  # "user" or "assistant"
-    source: str  # the ATIF step source ("system", "user", "agent"), or "observation"
-    content: str
-    episode: int | None  # the episode an assistant message ends; None for user messages
-
-
-def trajectory_messages(steps: Iterable[dict[str, Any]], scrub: Callable[[str], str]) -> list[Message]:
-    """Messages in order, each scrubbed once; episodes are numbered from 0 over agent steps."""
-    messages: list[Message] = []
-    episode = 0
-    for step in steps:
-        if step.get("is_copied_context"):
-            continue
-        if step["source"] == "agent":
-            messages.append(Message("assistant", "agent", scrub(render_agent_turn(step)), episode))
-            episode += 1
-            observed = observation_text(step)
-            if observed:
-                messages.append(Message("user", "observation", scrub(observed), None))
-        else:  # user and system steps are both prompt text
-            messages.append(Message("user", step["source"], scrub(_content_text(step.get("message"))), None))
-    return messages
-
-
-def episode_conversations(messages: list[Message], episodes: str) -> Iterator[tuple[int, list[tuple[str, str]]]]:
-    """(episode, conversation) pairs: merged, alternating, starting with user, ending with the
-    episode's agent turn. `last` yields only the final episode."""
-    final_episode = max((m.episode for m in messages if m.episode is not None), default=None)
-    if final_episode is None:
-        return
-    merged: list[tuple[str, str]] = []
-    for message in messages:
-        if merged and merged[-1][0] == message.role:
-            merged[-1] = (message.role, merged[-1][1] + "\n\n" + message.content)
-        else:
-            merged.append((message.role, message.content))
-        if message.episode is None:
-            continue
-        if episodes == "all" or message.episode == final_episode:
-            yield message.episode, list(merged)
-        if message.episode == final_episode:
-            return
-
-
 # --------------------------------------------------------------------------- one trial
 
 def _read_json(data: bytes, rel: str, reason: str, repairs: Counter[str]) -> Any:
@@ -645,34 +535,25 @@ def _exception_type(result: dict[str, Any]) -> str | None:
     return str(kind) if kind else None
 
 
-def _trajectory_steps(documents: list[tuple[str, bytes]],
-                      repairs: Counter[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """All steps of trajectory.json then its continuations, and the first file's agent block."""
-    steps: list[dict[str, Any]] = []
-    agent: dict[str, Any] = {}
-    for index, (rel, data) in enumerate(documents):
-        doc = _read_json(data, rel, "invalid_json_trajectory", repairs)
-        version = doc.get("schema_version") if isinstance(doc, dict) else None
-        if not (isinstance(version, str) and version.startswith("ATIF-") and isinstance(doc.get("steps"), list)):
-            raise MalformedTrial("not_atif", f"{rel} has no ATIF schema_version and steps list")
-        if index == 0:
-            agent = doc.get("agent") if isinstance(doc.get("agent"), dict) else {}
-            if not doc["steps"]:
-                raise MalformedTrial("empty_steps", rel)
-        for position, step in enumerate(doc["steps"]):
-            if not isinstance(step, dict) or step.get("source") not in ("system", "user", "agent"):
-                raise MalformedTrial("not_atif", f"{rel} step {position + 1} has no valid source")
-            steps.append(step)
-    return steps, agent
+def _trajectory_doc(rel: str, data: bytes, repairs: Counter[str]) -> dict[str, Any]:
+    doc = _read_json(data, rel, "invalid_json_trajectory", repairs)
+    version = doc.get("schema_version") if isinstance(doc, dict) else None
+    if not (isinstance(version, str) and version.startswith("ATIF-") and isinstance(doc.get("steps"), list)):
+        raise MalformedTrial("not_atif", f"{rel} has no ATIF schema_version and steps list")
+    for position, step in enumerate(doc["steps"]):
+        if not isinstance(step, dict) or step.get("source") not in ("system", "user", "agent"):
+            raise MalformedTrial("not_atif", f"{rel} step {position + 1} has no valid source")
+    return doc
 
 
 @dataclass
 class TrialRows:
-    """A readable trial: its metadata columns and its scrubbed messages."""
+    """A readable trial: its metadata columns and, per trace source, its contexts."""
 
     reward: float | None
+    success: bool
     columns: dict[str, str | None]
-    messages: list[Message]
+    sources: list[tuple[str, list[Context], dict[str, str | None]]]  # (trace_source, contexts, overrides)
 
 
 def _mapping(value: Any) -> dict[str, Any]:
@@ -680,16 +561,63 @@ def _mapping(value: Any) -> dict[str, Any]:
 
 
 def _model_columns(result: dict[str, Any], agent: dict[str, Any]) -> tuple[Any, Any]:
-    """(model, provider): agent_info.model_info when Harbor recorded it, else split from the
-    model name SkyRL injects ("hosted_vllm/<served>")."""
+    """(model, provider): the trajectory's agent.model_name as written (Harbor's `model`), else
+    config.agent.model_name; the provider from agent_info.model_info, else the name's prefix."""
     model_info = _mapping(_mapping(result.get("agent_info")).get("model_info"))
     model_name = agent.get("model_name") or _mapping(_mapping(result.get("config")).get("agent")).get("model_name")
-    provider, _, bare = str(model_name or "").rpartition("/")
-    return model_info.get("name") or bare or None, model_info.get("provider") or provider or None
+    provider = str(model_name or "").rpartition("/")[0]
+    return model_name or model_info.get("name") or None, model_info.get("provider") or provider or None
 
 
-def read_trial(trial: TrialContent, scrub: Callable[[str], str], repairs: Counter[str]) -> TrialRows:
-    """Parse one trial into metadata and messages, or raise MalformedTrial with the reason."""
+class _Contexts:
+    """Turns the ATIF documents of one agent (main or subagent) into contexts."""
+
+    def __init__(self, scrub: Callable[[str], str], repairs: Counter[str], repair_think: bool):
+        self.scrub, self.repairs, self.repair_think = scrub, repairs, repair_think
+
+    def build(self, documents: list[tuple[str, bytes]]) -> tuple[list[Context], dict[str, Any], list[dict[str, Any]]]:
+        """(contexts, first file's agent block, all steps)."""
+        contexts: list[Context] = []
+        agent: dict[str, Any] = {}
+        every: list[dict[str, Any]] = []
+        episode = 0
+        tools: str | None = None
+        for index, (rel, data) in enumerate(documents):
+            doc = _trajectory_doc(rel, data, self.repairs)
+            if index == 0:
+                agent = _mapping(doc.get("agent"))
+                if not doc["steps"]:
+                    raise MalformedTrial("empty_steps", rel)
+                definitions = agent.get("tool_definitions")
+                tools = tools_block(definitions) if isinstance(definitions, list) and definitions else None
+            context, episode = context_messages(doc["steps"], self.scrub, episode, tools=tools,
+                                                repair_think=self.repair_think)
+            contexts.append(context)
+            every += doc["steps"]
+        return contexts, agent, every
+
+
+def _subagent_sources(trial: TrialContent, steps: list[dict[str, Any]], builder: _Contexts,
+                      repairs: Counter[str]) -> list[tuple[str, list[Context], dict[str, str | None]]]:
+    sources = []
+    for label, path in subagent_refs(steps):
+        rel = f"agent/{path}" if path else None
+        if rel is None or rel not in trial.files:
+            repairs["subagent_trajectory_missing"] += 1
+            continue
+        try:
+            contexts, agent, _ = builder.build([(rel, trial.files[rel])])
+        except MalformedTrial:
+            repairs["subagent_trajectory_unreadable"] += 1
+            continue
+        overrides = {"model": builder.scrub(str(agent["model_name"]))} if agent.get("model_name") else {}
+        sources.append((f"subagent:{label}", contexts, overrides))
+    return sources
+
+
+def read_trial(trial: TrialContent, scrub: Callable[[str], str], repairs: Counter[str],
+               repair_think: bool = False) -> TrialRows:
+    """Parse one trial into metadata and contexts, or raise MalformedTrial with the reason."""
     if trial.result is None:
         raise MalformedTrial("missing_result")
     result = _read_result(trial.result, repairs)
@@ -697,17 +625,17 @@ def read_trial(trial: TrialContent, scrub: Callable[[str], str], repairs: Counte
         raise MalformedTrial("invalid_json_result", "result.json is not an object")
     if MAIN_TRAJECTORY not in trial.files:
         raise MalformedTrial("missing_trajectory")
-    steps, agent = _trajectory_steps(trial.trajectories(), repairs)
-    messages = trajectory_messages(steps, scrub)
-    if not any(m.episode is not None for m in messages):
+    builder = _Contexts(scrub, repairs, repair_think)
+    contexts, agent, steps = builder.build(trial.trajectories())
+    first = [m for c in contexts[:1] for m in c.messages]
+    if not any(m.episode is not None for c in contexts for m in c.messages):
         raise MalformedTrial("no_agent_steps")
-    if messages[0].role != "user":
+    if first[0].role == "assistant":
         raise MalformedTrial("no_user_turn")
     reward = _reward(result)
     exception_type = _exception_type(result)
     verifier_parts = [trial.files[rel].decode("utf-8", errors="replace")
                       for rel in VERIFIER_OUTPUT if rel in trial.files]
-    verifier_text = "\n".join(part for part in verifier_parts if part)
     model, provider = _model_columns(result, agent)
     trial_name = result.get("trial_name") or trial.name
     metadata = {
@@ -721,14 +649,21 @@ def read_trial(trial: TrialContent, scrub: Callable[[str], str], repairs: Counte
     }
     columns: dict[str, str | None] = {key: None if value is None else scrub(str(value))
                                       for key, value in metadata.items()}
-    columns["result"] = str(reward) if reward is not None else exception_type
-    columns["instruction"] = next((m.content for m in messages if m.source == "user"), None)
-    columns["verifier_output"] = scrub(verifier_text) if verifier_parts else None
-    return TrialRows(reward=reward, columns=columns, messages=messages)
+    # Harbor 0.26: an exception wins over a reward (a timed-out trial that was still verified).
+    columns["result"] = exception_type if exception_type else (str(reward) if reward is not None else None)
+    definitions = agent.get("tool_definitions")
+    has_tools = isinstance(definitions, list) and bool(definitions)
+    system = next((step for step in steps if step["source"] == "system"), None)
+    raw_system = scrub(content_text(system.get("message"))) if system is not None else None
+    columns["instruction"] = instruction_of(contexts, has_tools, raw_system)
+    columns["verifier_output"] = scrub("".join(verifier_parts)) if verifier_parts else None
+    columns["tool_definitions"] = scrub(json.dumps(definitions, ensure_ascii=False)) if has_tools else None
+    sources = [(MAIN_SOURCE, contexts, {})] + _subagent_sources(trial, steps, builder, repairs)
+    success = exception_type is None and reward is not None and reward > 0
+    return TrialRows(reward=reward, success=success, columns=columns, sources=sources)
 
 
-def keep_trial(reward: float | None, filter: str) -> bool:
-    success = reward is not None and reward > 0
+def keep_trial(success: bool, filter: str) -> bool:
     return filter == "none" or (filter == "success") == success
 
 
@@ -742,60 +677,74 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+Conversation = list[tuple[str, str]]
+
+
+def _turns_array(conversations: list[Conversation], type_: pa.DataType) -> pa.Array:
+    offsets = [0]
+    keys: list[str] = []
+    values: list[str] = []
+    for conversation in conversations:
+        for key, value in conversation:
+            keys.append(key)
+            values.append(value)
+        offsets.append(len(keys))
+    turns = pa.StructArray.from_arrays([pa.array(keys, pa.string()), pa.array(values, pa.string())],
+                                       fields=list(type_.value_type))
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), turns, type=type_)
+
+
 class _RowBatch:
-    def __init__(self) -> None:
-        self.conversations: list[list[tuple[str, str]]] = []
-        self.columns: dict[str, list[str | None]] = {name: [] for name in COLUMNS[1:]}
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self.sharegpt = SHAREGPT_COLUMN in schema.names
+        self.conversations: list[Conversation] = []
+        self.columns: dict[str, list[str | None]] = {name: [] for name in TEXT_COLUMNS}
         self.chars = 0
 
     def __len__(self) -> int:
         return len(self.conversations)
 
-    def add(self, conversation: list[tuple[str, str]], columns: dict[str, str | None]) -> None:
+    def add(self, conversation: Conversation, columns: dict[str, str | None]) -> None:
         self.conversations.append(conversation)
         for name, values in self.columns.items():
             value = columns[name]
             values.append(value)
             if value:
                 self.chars += len(value)
-        self.chars += sum(len(content) for _, content in conversation)
+        self.chars += sum(len(content) for _, content in conversation) * (2 if self.sharegpt else 1)
 
     def table(self) -> pa.Table:
-        offsets = [0]
-        roles: list[str] = []
-        contents: list[str] = []
-        for conversation in self.conversations:
-            for role, content in conversation:
-                roles.append(role)
-                contents.append(content)
-            offsets.append(len(roles))
-        turns = pa.StructArray.from_arrays(
-            [pa.array(roles, pa.string()), pa.array(contents, pa.string())],
-            fields=list(CONVERSATION_TYPE.value_type))
-        conversations = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), turns, type=CONVERSATION_TYPE)
-        arrays = [conversations] + [pa.array(self.columns[name], pa.string()) for name in COLUMNS[1:]]
-        return pa.Table.from_arrays(arrays, schema=SCHEMA)
+        arrays = [_turns_array(self.conversations, CONVERSATION_TYPE)]
+        arrays += [pa.array(self.columns[name], pa.string()) for name in TEXT_COLUMNS]
+        if self.sharegpt:
+            arrays.append(_turns_array([to_sharegpt(c) for c in self.conversations], SHAREGPT_TYPE))
+        return pa.Table.from_arrays(arrays, schema=self.schema)
 
 
 class ShardWriter:
-    """Writes rows into data/train-NNNNN.parquet, `trials_per_shard` row-producing trials each,
-    flushing a row group whenever the buffered text passes ROW_GROUP_CHARS."""
+    """Writes rows into shards of `trials_per_shard` row-producing trials each, flushing a row
+    group whenever the buffered text passes ROW_GROUP_CHARS. Shards are written under a part
+    name and get their final `train-iiiii-of-nnnnn.parquet` names once the count is known."""
 
-    def __init__(self, data_dir: Path, trials_per_shard: int, row_group_chars: int | None = None):
+    def __init__(self, data_dir: Path, trials_per_shard: int, row_group_chars: int | None = None,
+                 schema: pa.Schema = SCHEMA):
         self.data_dir = data_dir
         self.trials_per_shard = trials_per_shard
         self.row_group_chars = row_group_chars or ROW_GROUP_CHARS
+        self.schema = schema
         self.shards: list[dict[str, Any]] = []
+        self._parts: list[Path] = []
         self._writer: pq.ParquetWriter | None = None
         self._path: Path | None = None
-        self._batch = _RowBatch()
+        self._batch = _RowBatch(schema)
         self._shard_rows = 0
         self._shard_trials = 0
 
     def _open(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._path = self.data_dir / f"train-{len(self.shards):05d}.parquet"
-        self._writer = pq.ParquetWriter(self._path, SCHEMA, **PARQUET_OPTIONS)
+        self._path = self.data_dir / f".part-{len(self.shards):05d}.parquet"
+        self._writer = pq.ParquetWriter(self._path, self.schema, **PARQUET_OPTIONS)
 
     def _flush(self) -> None:
         if len(self._batch):
@@ -803,7 +752,7 @@ class ShardWriter:
                 self._open()
             assert self._writer is not None
             self._writer.write_table(self._batch.table())
-            self._batch = _RowBatch()
+            self._batch = _RowBatch(self.schema)
 
     def _close_shard(self) -> None:
         self._flush()
@@ -813,10 +762,11 @@ class ShardWriter:
         assert self._path is not None
         self.shards.append({"name": self._path.name, "rows": self._shard_rows,
                             "size": self._path.stat().st_size, "sha256": file_sha256(self._path)})
+        self._parts.append(self._path)
         self._writer, self._path = None, None
         self._shard_rows = self._shard_trials = 0
 
-    def add_trial(self, rows: Iterable[tuple[list[tuple[str, str]], dict[str, str | None]]]) -> int:
+    def add_trial(self, rows: Iterable[tuple[Conversation, dict[str, str | None]]]) -> int:
         count = 0
         for conversation, columns in rows:
             self._batch.add(conversation, columns)
@@ -842,29 +792,48 @@ class ShardWriter:
             self._open()
             self._close_shard()
             self.shards[-1]["rows"] = 0
+        count = len(self.shards)
+        for index, (shard, part) in enumerate(zip(self.shards, self._parts)):
+            shard["name"] = SHARD_NAME.format(index=index, count=count)
+            os.replace(part, self.data_dir / shard["name"])
         return self.shards
 
 
 # --------------------------------------------------------------------------- the export
 
-class _Scrubber:
-    """Clean then redact each text once; keeps counts per repair and per redaction kind."""
+def replace_lone_surrogates(text: str, repairs: Counter[str] | None = None) -> str:
+    """Lone surrogates cannot be written as UTF-8 (parquet text): each becomes U+FFFD. This is
+    the one change made to text besides redaction when terminal-noise cleaning is off."""
+    if not _has_lone_surrogate(text):
+        return text
+    if repairs is not None:
+        repairs["lone_surrogate"] += 1
+    return _SURROGATE.sub("\ufffd", text)
 
-    def __init__(self, redactor: TextRedactor):
+
+class _Scrubber:
+    """(Optionally clean, then) redact each text once; keeps counts per repair and per redaction kind."""
+
+    def __init__(self, redactor: TextRedactor, clean_terminal_noise: bool = False):
         self.redactor = redactor
+        self.clean_terminal_noise = clean_terminal_noise
         self.repairs: Counter[str] = Counter()
         self.redactions: Counter[str] = Counter()
 
     def __call__(self, text: str) -> str:
-        redacted, findings = self.redactor.redact_text(clean_text(text, self.repairs))
+        prepared = (clean_text(text, self.repairs) if self.clean_terminal_noise
+                    else replace_lone_surrogates(text, self.repairs))
+        redacted, findings = self.redactor.redact_text(prepared)
         for _, kind in findings:
             self.redactions[str(kind)] += 1
         return redacted
 
 
-def _trial_rows(trial: TrialRows, episodes: str) -> Iterator[tuple[list[tuple[str, str]], dict[str, str | None]]]:
-    for episode, conversation in episode_conversations(trial.messages, episodes):
-        yield conversation, dict(trial.columns, episode=f"episode-{episode}")
+def _trial_rows(trial: TrialRows, episodes: str) -> Iterator[tuple[Conversation, dict[str, str | None]]]:
+    """The main trajectory's rows, then each subagent's, labelled in trace_source."""
+    for source, contexts, overrides in trial.sources:
+        for episode, conversation in episode_conversations(contexts, episodes):
+            yield conversation, dict(trial.columns, **overrides, episode=f"episode-{episode}", trace_source=source)
 
 
 def coverage_message(covered: int, result_count: int, min_coverage: float) -> str:
@@ -880,10 +849,11 @@ def _below_gate(covered: int, result_count: int, min_coverage: float) -> bool:
 
 
 def export_rows(trials: Iterable[TrialContent], data_dir: Path, *, episodes: str, filter: str,
-                redactor: TextRedactor, trials_per_shard: int) -> dict[str, Any]:
+                redactor: TextRedactor, trials_per_shard: int, clean_terminal_noise: bool = False,
+                sharegpt: bool = False) -> dict[str, Any]:
     """Turn trials (in sorted name order) into shards in data_dir; return the manifest body."""
-    scrub = _Scrubber(redactor)
-    writer = ShardWriter(data_dir, trials_per_shard)
+    scrub = _Scrubber(redactor, clean_terminal_noise)
+    writer = ShardWriter(data_dir, trials_per_shard, schema=row_schema(sharegpt))
     malformed: Counter[str] = Counter()
     examples: dict[str, list[str]] = {}
     result_count = exported = filtered_out = row_count = 0
@@ -892,14 +862,14 @@ def export_rows(trials: Iterable[TrialContent], data_dir: Path, *, episodes: str
             if content.result is not None:
                 result_count += 1
             try:
-                trial = read_trial(content, scrub, scrub.repairs)
+                trial = read_trial(content, scrub, scrub.repairs, repair_think=clean_terminal_noise)
             except MalformedTrial as problem:
                 malformed[problem.reason] += 1
                 names = examples.setdefault(problem.reason, [])
                 if len(names) < MALFORMED_EXAMPLES:
                     names.append(content.name)
                 continue
-            if not keep_trial(trial.reward, filter):
+            if not keep_trial(trial.success, filter):
                 filtered_out += 1
                 continue
             rows = writer.add_trial(_trial_rows(trial, episodes))
@@ -922,9 +892,14 @@ def export_rows(trials: Iterable[TrialContent], data_dir: Path, *, episodes: str
         "malformed": dict(sorted(malformed.items())),
         "malformed_examples": {key: examples[key] for key in sorted(examples)},
         "filter": filter,
-        "filter_rule": {"none": "every readable trial", "success": "reward > 0",
-                        "failure": "reward missing or <= 0 (exceptions included)"}[filter],
+        "filter_rule": FILTER_RULES[filter],
         "episodes": episodes,
+        "columns": list(COLUMNS) + ([SHAREGPT_COLUMN] if sharegpt else []),
+        "text_changes": {
+            "credentials_redacted": True,
+            "lone_surrogates_replaced": True,
+            "terminal_noise_cleaned": clean_terminal_noise,
+        },
         "trials_per_shard": trials_per_shard,
         "redactions": dict(sorted(scrub.redactions.items())),
         "repairs": dict(sorted(scrub.repairs.items())),
@@ -942,11 +917,13 @@ def _clear_stale_work_dirs(out_dir: Path) -> None:
             shutil.rmtree(stale, ignore_errors=True)
 
 
-SHARD_PATTERN = re.compile(r"train-\d+\.parquet")
+# Our shard names: Harbor's `train-iiiii-of-nnnnn.parquet`, and `train-NNNNN.parquet` of exports
+# before rlkeep 0.x wrote Harbor's names (replaced like any stale shard of ours).
+SHARD_PATTERN = re.compile(r"train-\d+(?:-of-\d+)?\.parquet")
 
 
 def _our_shards(data_dir: Path) -> list[Path]:
-    """The shard files an earlier export wrote (data/train-NNNNN.parquet): the only files in the
+    """The shard files an earlier export wrote (data/train-*.parquet): with our card, the only files in the
     stage folder an export replaces or withdraws. Anything else there is the operator's and stays."""
     if not data_dir.is_dir() or data_dir.is_symlink():
         return []
@@ -978,8 +955,18 @@ def foreign_files(out_dir: Path) -> list[str]:
     """Files in the stage folder that this export did not write (kept as they were)."""
     out_dir = Path(out_dir)
     ours = {MANIFEST_NAME, REJECTED_MANIFEST_NAME} | {f"{DATA_DIR}/{p.name}" for p in _our_shards(out_dir / DATA_DIR)}
+    if _card_is_ours(out_dir / CARD_NAME):
+        ours.add(CARD_NAME)
     return sorted(rel for rel in (p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*") if not p.is_dir())
                   if rel not in ours)
+
+
+def _card_is_ours(path: Path) -> bool:
+    """A README.md this export wrote (it carries the marker); anything else there is the operator's."""
+    if not path.is_file() or path.is_symlink():
+        return False
+    with open(path, "rb") as handle:
+        return CARD_MARKER.encode() in handle.read(4096)
 
 
 def _install(work: Path, out_dir: Path) -> None:
@@ -994,6 +981,9 @@ def _install(work: Path, out_dir: Path) -> None:
         stale.unlink()
     for shard in sorted((work / DATA_DIR).iterdir()):
         os.replace(shard, data_dir / shard.name)
+    card = out_dir / CARD_NAME
+    if (work / CARD_NAME).is_file() and (not card.exists() or _card_is_ours(card)):
+        os.replace(work / CARD_NAME, card)
     os.replace(work / MANIFEST_NAME, out_dir / MANIFEST_NAME)
 
 
@@ -1005,6 +995,8 @@ def _reject(out_dir: Path, manifest: dict[str, Any], message: str) -> None:
     data_dir = out_dir / DATA_DIR
     for stale in _our_shards(data_dir):
         stale.unlink()
+    if _card_is_ours(out_dir / CARD_NAME):
+        (out_dir / CARD_NAME).unlink()
     if data_dir.is_dir() and not data_dir.is_symlink() and not any(data_dir.iterdir()):
         data_dir.rmdir()  # the folder our shards were in; kept when anything else is inside
     write_json(out_dir / REJECTED_MANIFEST_NAME, dict(manifest, status="rejected", reason=message))
@@ -1032,7 +1024,8 @@ def _needed_below_trial(rel: str) -> bool:
 def build_trace_dataset(source: Path, out_dir: Path, *, episodes: str = "last", filter: str = "none",
                         redactor: TextRedactor | None = None, min_coverage: float = DEFAULT_MIN_COVERAGE,
                         trials_per_shard: int = DEFAULT_TRIALS_PER_SHARD,
-                        source_sha256: str | None = None) -> dict[str, Any]:
+                        source_sha256: str | None = None, clean_terminal_noise: bool = False,
+                        sharegpt: bool = False, card: CardInfo | None = None) -> dict[str, Any]:
     """Build out_dir/data/train-*.parquet and out_dir/trace_export_manifest.json; return the manifest.
 
     source: the sync step's tar (streamed; extracted safely into a work dir when its members
@@ -1040,7 +1033,10 @@ def build_trace_dataset(source: Path, out_dir: Path, *, episodes: str = "last", 
     source_sha256: for a tar, the digest the sync manifest recorded (checked); for a
     directory, recorded as the source's identity. redactor: None uses
     `rlkeep.redaction.redactor_from_environment()`. The build happens in a sibling work dir;
-    only a build that passes the coverage gate replaces out_dir's data/ and manifest.
+    only a build that passes the coverage gate replaces out_dir's data/ and manifest, and writes
+    the dataset card README.md (unless an operator's README.md sits there: it is kept).
+    clean_terminal_noise: off by default (Harbor keeps the text the model saw); recorded in the
+    manifest and the card. sharegpt: add the conversations_sharegpt column.
     Raises CoverageError (an RlkeepError) under the gate, RlkeepError on unreadable input.
     """
     if episodes not in EPISODES:
@@ -1063,7 +1059,8 @@ def build_trace_dataset(source: Path, out_dir: Path, *, episodes: str = "last", 
     except OSError as error:
         raise RlkeepError(f"{out_dir}: cannot create the build directory beside it: {error}") from error
     try:
-        options = dict(episodes=episodes, filter=filter, redactor=redactor, trials_per_shard=trials_per_shard)
+        options = dict(episodes=episodes, filter=filter, redactor=redactor, trials_per_shard=trials_per_shard,
+                       clean_terminal_noise=clean_terminal_noise, sharegpt=sharegpt)
         if source.is_file():
             manifest, digest = _export_tar(source, work, options)
             if source_sha256 and source_sha256 != digest:
@@ -1078,6 +1075,13 @@ def build_trace_dataset(source: Path, out_dir: Path, *, episodes: str = "last", 
             message = coverage_message(covered, manifest["result_count"], min_coverage)
             _reject(out_dir, manifest, message)
             raise CoverageError(message, manifest)
+        existing = out_dir / CARD_NAME
+        if existing.exists() and not _card_is_ours(existing):
+            manifest["card"] = {"written": False, "reason": f"{CARD_NAME} in the stage folder is not ours; kept"}
+        else:
+            manifest["card"] = {"written": True, "name": CARD_NAME}
+            text = render_card(manifest, card or CardInfo(), data_dir=DATA_DIR, manifest_name=MANIFEST_NAME)
+            (work / CARD_NAME).write_text(text, encoding="utf-8")
         write_json(work / MANIFEST_NAME, manifest)
         _install(work, out_dir)
         return manifest
@@ -1123,6 +1127,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--min-coverage", type=_coverage_arg, default=DEFAULT_MIN_COVERAGE)
     parser.add_argument("--source-sha256", help="expected sha256 of the tar (from the sync manifest)")
     parser.add_argument("--trials-per-shard", type=int, default=DEFAULT_TRIALS_PER_SHARD)
+    parser.add_argument("--sharegpt", action="store_true",
+                        help="add the conversations_sharegpt column (from: system/human/gpt, value)")
+    parser.add_argument("--clean-terminal-noise", action="store_true",
+                        help="strip ANSI codes, paste markers and carriage-return overwrites (off by default: "
+                             "rows keep the text the model saw); recorded in the manifest and the card")
+    parser.add_argument("--job", help="the run's job name, for the dataset card")
+    parser.add_argument("--model-repo", help="the policy's Hub model repo ORG/NAME, linked from the dataset card")
     visibility = parser.add_mutually_exclusive_group()
     visibility.add_argument("--private", dest="private", action="store_true", default=True,
                             help="create the dataset private if it does not exist (default)")
@@ -1131,7 +1142,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _summary(manifest: dict[str, Any]) -> dict[str, Any]:
-    keys = ("result_count", "row_count", "result_coverage", "malformed", "redactions", "episodes", "filter")
+    keys = ("result_count", "row_count", "result_coverage", "malformed", "redactions", "episodes", "filter",
+            "text_changes")
     return {key: manifest[key] for key in keys} | {"shards": [shard["name"] for shard in manifest["shards"]]}
 
 
@@ -1151,8 +1163,12 @@ def cli_main(argv: list[str]) -> int:
         raise RlkeepError(f"--repo-id must be ORG/NAME, not {args.repo_id!r}")
     if args.trials_per_shard < 1:
         raise RlkeepError("--trials-per-shard must be at least 1")
+    if args.model_repo is not None and not _REPO_ID.match(args.model_repo):
+        raise RlkeepError(f"--model-repo must be ORG/NAME, not {args.model_repo!r}")
     options = dict(episodes=args.episodes, filter=args.filter, min_coverage=args.min_coverage,
-                   trials_per_shard=args.trials_per_shard, source_sha256=args.source_sha256)
+                   trials_per_shard=args.trials_per_shard, source_sha256=args.source_sha256,
+                   clean_terminal_noise=args.clean_terminal_noise, sharegpt=args.sharegpt,
+                   card=CardInfo(job=args.job, dataset_repo=args.repo_id, model_repo=args.model_repo))
     if args.stage_only is not None:
         manifest = build_trace_dataset(args.job_dir, args.stage_only, **options)
         kept = foreign_files(args.stage_only)
@@ -1184,6 +1200,13 @@ def cli_main(argv: list[str]) -> int:
 # --------------------------------------------------------------------------- pipeline step
 
 
+def _flag(settings: dict[str, Any], key: str) -> bool:
+    value = settings.get(key, False)
+    if not isinstance(value, bool):
+        raise RlkeepError(f"config traces.{key} must be true or false, not {value!r}")
+    return value
+
+
 def stage_traces_step(ctx: Any) -> None:
     """`<job>/stage/traces/`: the dataset rebuilt from the full synced tree (never a monitor sample),
     gated on coverage before anything can be uploaded."""
@@ -1191,6 +1214,8 @@ def stage_traces_step(ctx: Any) -> None:
 
     sync_manifest = read_json(ctx.inputs["manifest"])
     settings = ctx.settings
+    publish = ctx.record.publish or {}
+    card = CardInfo(job=ctx.job, dataset_repo=publish.get("traces"), model_repo=publish.get("model"))
     manifest = build_trace_dataset(
         ctx.inputs["tar"], ctx.outputs["stage"],
         episodes=str(settings.get("episodes", "last")),
@@ -1198,6 +1223,9 @@ def stage_traces_step(ctx: Any) -> None:
         min_coverage=float(settings.get("min_coverage", DEFAULT_MIN_COVERAGE)),
         trials_per_shard=int(settings.get("trials_per_shard", DEFAULT_TRIALS_PER_SHARD)),
         source_sha256=sync_manifest["sha256"],
+        clean_terminal_noise=_flag(settings, "clean_terminal_noise"),
+        sharegpt=_flag(settings, "sharegpt"),
+        card=card,
     )
     import logging
 

@@ -103,12 +103,13 @@ def run_baseline(tar_path: Path, out: Path) -> dict:
             trial = read_trial(content, scrub, scrub.repairs)
         except MalformedTrial:
             continue
-        for episode, conversation in episode_conversations(trial.messages, "last"):
-            all_rows.append(dict(trial.columns, episode=f"episode-{episode}",
-                                 conversations=[{"role": r, "content": c} for r, c in conversation]))
+        for source, contexts, overrides in trial.sources:
+            for episode, conversation in episode_conversations(contexts, "last"):
+                all_rows.append(dict(trial.columns, **overrides, episode=f"episode-{episode}", trace_source=source,
+                                     conversations=[{"role": r, "content": c} for r, c in conversation]))
     table = pa.Table.from_pylist(all_rows, schema=SCHEMA)
     (out / "data").mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, out / "data" / "train-00000.parquet", compression="zstd")
+    pq.write_table(table, out / "data" / "train-00000-of-00001.parquet", compression="zstd")
     shutil.rmtree(scratch)
     return {"rows": len(all_rows), "trials": trials, "shards": 1}
 
