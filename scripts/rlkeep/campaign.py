@@ -172,7 +172,7 @@ td.wide{min-width:16rem}td.dest{min-width:13rem}
 .ov-done{background:#d7f0d9;color:#0b4d12}.ov-blocked{background:#fbd5d5;color:#7a0b0b}
 .ov-in_progress{background:#fff1c2;color:#5c4300}.ov-not_started,.ov-unreadable{background:#eeeeee;color:#3d3d3d}
 .reason{display:block;font-size:11px;white-space:pre-wrap;max-width:22rem}
-code{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;background:#f3f3f3;padding:0 .2rem;word-break:break-all}
+code{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;background:#f3f3f3;padding:0 .2rem;overflow-wrap:anywhere}
 a{color:#0645ad}footer{margin-top:2rem;color:var(--muted);font-size:12px}
 .legend span{display:inline-block;padding:0 .4rem;margin-right:.3rem}
 #controls{margin:.5rem 0}button.sort{font:inherit;background:none;border:0;padding:0;cursor:pointer;text-decoration:underline;color:inherit}
