@@ -242,12 +242,18 @@ def write_status_files():
     write_status_for_jobs(Path.cwd(), RECORDS_DIR)
 
 
+def get_invocation():
+    """`snakemake [--snakefile F] --profile P` as this invocation was started."""
+    from rlkeep.report import invocation_from_argv
+
+    return invocation_from_argv(sys.argv)
+
+
 def write_campaign_files():
     """campaign/index.html and campaign/<job>.html from the records and job folders (rlkeep.campaign)."""
     from rlkeep.campaign import write_campaign
-    from rlkeep.report import invocation_from_argv
 
-    return write_campaign(Path.cwd(), RECORDS_DIR, invocation=invocation_from_argv(sys.argv))
+    return write_campaign(Path.cwd(), RECORDS_DIR, invocation=get_invocation())
 
 
 def refresh_campaign():
