@@ -172,3 +172,13 @@ def test_no_records_gives_an_empty_page(tmp_path: Path, monkeypatch: pytest.Monk
     (tmp_path / "records").mkdir()
     text = build(tmp_path, monkeypatch).read_text()
     assert "0 records: no records" in text and parse_rows(text) == {}
+
+
+def test_run_page_has_the_run_analysis_and_names_a_bad_table(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    page = build(root, monkeypatch).parent / "rl-done.html"
+    text = page.read_text()
+    assert "<td>210</td><td>70.0%</td>" in text  # timing/generate: 60 + 150 s of 300 s step time
+    assert "Not available: no trial table" in text
+    (root / "rl-done" / "metrics" / "metrics.csv").write_text("step,x\n1,2\n")
+    text = build(root, monkeypatch).parent.joinpath("rl-done.html").read_text()
+    assert "Not read: " in text and "metrics.csv" in text and "Not available: no step logged timing/step" in text

@@ -95,9 +95,36 @@ def load_run(data_root: Path, record_file: Path, invocation: str = "snakemake --
                         ("REPORT.md", "STATUS.json", "DONE", "chain.json", "metrics/report.md", "metrics/trials.md",
                          "metrics/metrics.csv", "archive/MANIFEST") for p in job_dir.glob(pattern) if p.is_file()),
     }
+    files["metric_rows"], files["trial_rows"], files["table_errors"] = _tables(job_dir)
     view = RunView(job=job, overall="unreadable" if record_error else overall_state(status, started),
                    status=status, started=started, record_error=record_error, files=files)
     return view
+
+
+def _tables(job_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, list[str]]:
+    """metrics/metrics.csv rows, metrics/trials.csv rows (None without a trial table) and why a
+    file could not be read: a malformed table is named on the page, never a reason to skip the page."""
+    import csv
+
+    from rlkeep.errors import RlkeepError
+    from rlkeep.metrics import read_metrics_csv
+
+    metrics_csv = job_dir / "metrics" / "metrics.csv"
+    trials_csv = job_dir / "metrics" / "trials.csv"
+    rows: list[dict[str, Any]] = []
+    trials = None
+    errors = []
+    try:
+        rows = read_metrics_csv(metrics_csv) if metrics_csv.is_file() else []
+    except (RlkeepError, ValueError, OSError) as error:
+        errors.append(str(error))
+    try:
+        if trials_csv.is_file():
+            with trials_csv.open(newline="", encoding="utf-8") as handle:
+                trials = list(csv.DictReader(handle))
+    except (ValueError, OSError, csv.Error) as error:
+        errors.append(f"{trials_csv}: {error}")
+    return rows, trials, errors
 
 
 def _read_text(path: Path, limit: int = 1 << 20) -> str | None:
@@ -439,6 +466,11 @@ def run_html(view: RunView, job_dir: Path, *, generated_at: str, revision: str, 
         parts += [figure_html(job_dir, rel) for rel in figures]
     else:
         parts.append("<p>No metric plots yet (metric_surface has not run).</p>")
+
+    from rlkeep.run_report import html_sections
+
+    parts += [f"<p class=\"reason\">Not read: {esc(error)}</p>" for error in view.files.get("table_errors") or []]
+    parts.append(html_sections(view.files.get("metric_rows") or [], view.files.get("trial_rows")))
 
     parts.append("<h2>Checkpoint</h2>")
     candidates = (view.files.get("candidates") or {}).get("candidates") or []

@@ -74,6 +74,8 @@ def completed_run(data_root: Path, job: str = "rl-done") -> Path:
     _write(job_dir / "archive" / "MANIFEST", "run=x kind=rl kept=2files\nkept\t10\ta\nkept\t20\tb\nskipped\t5\tc\tcache\n")
     _write(job_dir / "reclaim.json", {"status": "not_applicable", "deleted_bytes": 0, "deleted_keys": 0,
                                       "reason": "nothing was deleted: not authorized"})
+    _write(job_dir / "metrics" / "metrics.csv", "global_step,attempt,timing/step,timing/generate,reward/avg_raw_reward\n"
+           f"1,{job},100,60,0.25\n2,{job},200,150,0.5\n")
     _write(job_dir / "DONE", {"job": job})
     _write(job_dir / "REPORT.md", "# report\n")
     return job_dir
