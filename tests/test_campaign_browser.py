@@ -93,3 +93,9 @@ def test_pipeline_refreshes_the_campaign_after_a_run(data_root: Path, bucket: st
     assert 'src="data:image/png;base64,' in run_page and 'alt="metrics/reward.png' in run_page
     selected = json.loads((data_root / "rl-demo" / "checkpoint" / "selected.json").read_text())
     assert f"Selected step <strong>{selected['step']}</strong>" in run_page
+    # the run analysis (rlkeep/run_report.py) is in the surface's and the trial table's reports, and on the page
+    report = (data_root / "rl-demo" / "metrics" / "report.md").read_text()
+    assert "## Per-category summaries" in report and "## Timing tree" in report and "| timing/generate |" in report
+    trials = (data_root / "rl-demo" / "metrics" / "trials.md").read_text()
+    assert "## Trial phases" in trials and "| agent_execution phase |" in trials and "success rate" in trials
+    assert "Timing tree" in run_page and "Trial phases" in run_page and "Not available" not in run_page

@@ -137,19 +137,28 @@ def _pct(share: float | None) -> str:
     return "" if share is None else f"{100 * share:.1f}%"
 
 
-def sections(rows: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, Any]] | None) -> list[tuple[str, list[str], list[list[str]] | None, str]]:
+SURFACE_PARTS = ("summaries", "timing")
+ALL_PARTS = ("summaries", "timing", "trials")
+
+
+def sections(rows: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, Any]] | None,
+             parts: Sequence[str] = ALL_PARTS) -> list[tuple[str, list[str], list[list[str]] | None, str]]:
     """(title, headers, rows or None, note) per section; rows None means the data is absent (note says why)."""
     out: list[tuple[str, list[str], list[list[str]] | None, str]] = []
-    summaries = category_summaries(rows)
-    if summaries:
+    summaries = category_summaries(rows) if "summaries" in parts else None
+    if "summaries" not in parts:
+        pass
+    elif summaries:
         table = [[m["metric"], _fmt(m["mean"]), _fmt(m["std"]), _fmt(m["min"]), _fmt(m["max"]), str(m["count"])]
                  for prefix in summaries for m in summaries[prefix]]
         out.append(("Per-category summaries", ["metric", "mean", "std", "min", "max", "count"], table,
                     "grouped by key prefix"))
     else:
         out.append(("Per-category summaries", [], None, "no metric rows (metrics/metrics.csv absent or empty)"))
-    tree = timing_tree(rows)
-    if tree:
+    tree = timing_tree(rows) if "timing" in parts else None
+    if "timing" not in parts:
+        pass
+    elif tree:
         table = [[f"timing/{name}", _fmt(v["seconds"]), _pct(v["share"])] for name, v in tree["spans"].items()]
         table += [["unattributed (step time no span covers)", _fmt(tree["unattributed"]["seconds"]),
                    _pct(tree["unattributed"]["share"])],
@@ -160,8 +169,10 @@ def sections(rows: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, An
                     f"{tree['steps']} steps, {tree['step_seconds']:.1f} s of step time"))
     else:
         out.append(("Timing tree", [], None, "no step logged timing/step"))
-    analysis = trial_analysis(trials or [])
-    if analysis:
+    analysis = trial_analysis(trials or []) if "trials" in parts else None
+    if "trials" not in parts:
+        pass
+    elif analysis:
         table = [[f"{phase} phase", _fmt(v["seconds"]), _pct(v["share"])] for phase, v in analysis["phases"].items()]
         table.append(["other (no phase)", _fmt(analysis["other"]["seconds"]), _pct(analysis["other"]["share"])])
         out.append(("Trial phases", ["phase", "seconds", "share of trial time"], table,
@@ -177,9 +188,10 @@ def sections(rows: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, An
     return out
 
 
-def markdown(rows: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, Any]] | None) -> str:
+def markdown(rows: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, Any]] | None,
+             parts: Sequence[str] = ALL_PARTS) -> str:
     lines: list[str] = []
-    for title, headers, table, note in sections(rows, trials):
+    for title, headers, table, note in sections(rows, trials, parts):
         lines += [f"## {title}", ""]
         if table is None:
             lines += [f"Not available: {note}.", ""]
