@@ -8,7 +8,7 @@ rule campaign:
     input:
         records=get_record_files(),
     output:
-        index="campaign/index.html",
+        index=report("campaign/index.html", caption="../report/campaign.rst", category="Campaign"),
         runs=expand("campaign/{job}.html", job=get_all_jobs()),
     log:
         "campaign/logs/campaign.log",

@@ -99,3 +99,11 @@ def test_pipeline_refreshes_the_campaign_after_a_run(data_root: Path, bucket: st
     trials = (data_root / "rl-demo" / "metrics" / "trials.md").read_text()
     assert "## Trial phases" in trials and "| agent_execution phase |" in trials and "success rate" in trials
     assert "Timing tree" in run_page and "Trial phases" in run_page and "Not available" not in run_page
+    # Snakemake's own report over the report() outputs (README: Seeing the campaign)
+    snakemake_report = data_root / "report.html"
+    made = run_snakemake(data_root, "rl-demo/DONE", extra=("--report", str(snakemake_report)))
+    assert made.returncode == 0 and snakemake_report.is_file(), made.stderr[-3000:]
+    text = snakemake_report.read_text()
+    captions = ("Reward per global step", "The metric surface: one row", "Trial analysis: phase durations",
+                "The completion record of the run")  # report/*.rst: present only for report() outputs
+    assert all(caption in text for caption in captions), [c for c in captions if c not in text]
