@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import html
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -422,7 +423,44 @@ def figure_html(job_dir: Path, relative: str) -> str:
             f"<figcaption>{esc(relative)}</figcaption></figure>")
 
 
-def run_html(view: RunView, job_dir: Path, *, generated_at: str, revision: str, endpoint: str | None = None) -> str:
+def metric_panels(view: RunView, cache_dir: Path | None) -> list[tuple[str, str, str]]:
+    """(title, alt, base64 PNG) of the run's plots (rlkeep.run_report.panels), cached under cache_dir by
+    a digest of what they show, so a rebuild after every invocation redraws only changed runs."""
+    import hashlib
+    import json
+
+    from rlkeep.run_report import panels
+
+    rows = view.files.get("metric_rows") or []
+    trials = view.files.get("trial_rows")
+    if not rows and not trials:
+        return []
+    candidates = [int(c["step"]) for c in (view.files.get("candidates") or {}).get("candidates") or []
+                  if isinstance(c, dict) and c.get("complete", True) and isinstance(c.get("step"), int)]
+    selected = (view.files.get("selected") or {}).get("step")
+    key = hashlib.sha256(json.dumps([rows, trials, candidates, selected, 1], sort_keys=True, default=str)
+                         .encode()).hexdigest()[:24]
+    cached = cache_dir / f"{view.job}-{key}.json" if cache_dir is not None else None
+    if cached is not None and cached.is_file():
+        try:
+            return [tuple(item) for item in read_json(cached)]
+        except (ValueError, OSError):
+            pass
+    made = [(title, alt, base64.b64encode(png).decode("ascii"))
+            for title, alt, png in panels(rows, trials, candidates=candidates, selected_step=selected)]
+    if cached is not None:
+        from rlkeep.jsonio import write_json
+
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        for old in cached.parent.glob(f"{view.job}-*.json"):  # this job's older plots (not job "x-y"'s)
+            if re.fullmatch(re.escape(view.job) + r"-[0-9a-f]{24}\.json", old.name):
+                old.unlink()
+        write_json(cached, made)
+    return made
+
+
+def run_html(view: RunView, job_dir: Path, *, generated_at: str, revision: str, endpoint: str | None = None,
+             cache_dir: Path | None = None) -> str:
     status = view.status
     storage = storage_bytes(view)
     parts = [f"<p><a href=\"index.html\">All runs</a></p><h1>{esc(view.job)}</h1>"]
@@ -461,11 +499,16 @@ def run_html(view: RunView, job_dir: Path, *, generated_at: str, revision: str, 
                           esc("; ".join(row["notes"]))] for row in timeline]))
 
     parts.append("<h2>Metrics</h2>")
-    figures = view.files.get("figures") or []
-    if figures:
-        parts += [figure_html(job_dir, rel) for rel in figures]
+    plots = metric_panels(view, cache_dir)
+    if plots:
+        parts += [f"<figure><img src=\"data:image/png;base64,{data}\" alt=\"{esc(alt)}\">"
+                  f"<figcaption>{esc(title)}</figcaption></figure>" for title, alt, data in plots]
     else:
         parts.append("<p>No metric plots yet (metric_surface has not run).</p>")
+    figures = view.files.get("figures") or []
+    if figures:
+        parts.append("<details><summary>Plots made by metric_surface</summary>"
+                     + "".join(figure_html(job_dir, rel) for rel in figures) + "</details>")
 
     from rlkeep.run_report import html_sections
 
@@ -537,7 +580,8 @@ def write_campaign(data_root: Path, records_dir: Path, *, out_dir: Path | None =
     revision = rlkeep_revision()
     for view in views:
         atomic_write_bytes(out_dir / f"{view.job}.html", run_html(
-            view, data_root / view.job, generated_at=generated_at, revision=revision, endpoint=endpoint).encode("utf-8"))
+            view, data_root / view.job, generated_at=generated_at, revision=revision, endpoint=endpoint,
+            cache_dir=out_dir / ".plots").encode("utf-8"))
     index = out_dir / "index.html"
     atomic_write_bytes(index, index_html(views, generated_at=generated_at, revision=revision,
                                          endpoint=endpoint).encode("utf-8"))

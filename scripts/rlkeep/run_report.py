@@ -216,3 +216,120 @@ def html_sections(rows: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[st
         parts.append(f"<table><caption>{esc(title)}: {esc(note)}</caption><thead><tr>{head}</tr></thead>"
                      f"<tbody>{body}</tbody></table>")
     return "".join(parts)
+
+
+# --------------------------------------------------------------------------- plots
+
+def _series(rows: Sequence[Mapping[str, Any]], metric: str) -> tuple[list[float], list[float]]:
+    points = []
+    for row in rows:
+        step, value = _number(row.get("global_step")), _number(row.get(metric))
+        if step is not None and value is not None:
+            points.append((step, value))
+    points.sort()
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def _ema(values: Sequence[float], alpha: float = 1 / 3) -> list[float]:
+    out: list[float] = []
+    for value in values:
+        out.append(value if not out else alpha * value + (1 - alpha) * out[-1])
+    return out
+
+
+def panels(rows: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, Any]] | None, *,
+           candidates: Sequence[int] = (), selected_step: int | None = None) -> list[tuple[str, str, bytes]]:
+    """(title, alt text, PNG) for each plot whose data exists: reward raw and smoothed with the
+    checkpoints and the selected one; entropy and grad norm; |log ratio| mean/p99/max; failed
+    trajectories per step; the trials' turn-count distribution."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    def render(draw, title: str, alt: str) -> tuple[str, str, bytes] | None:
+        figure, axes = pyplot.subplots(figsize=(7, 3.2), dpi=90)
+        try:
+            if not draw(axes):
+                return None
+            axes.set_title(title, fontsize=10)
+            axes.grid(alpha=0.3)
+            if axes.get_legend_handles_labels()[0]:
+                axes.legend(fontsize=7, loc="best")
+            figure.tight_layout()
+            buffer = io.BytesIO()
+            figure.savefig(buffer, format="png", metadata={"Software": None})
+            return title, alt, buffer.getvalue()
+        finally:
+            pyplot.close(figure)
+
+    reward_metric = next((m for m in ("reward/avg_raw_reward", "reward/mean_positive_reward")
+                          if _series(rows, m)[0]), None)
+
+    def reward(axes) -> bool:
+        steps, values = _series(rows, reward_metric) if reward_metric else ([], [])
+        if not steps:
+            return False
+        axes.plot(steps, values, color="#9db4d0", marker=".", linewidth=1, label="raw")
+        axes.plot(steps, _ema(values), color="#1f4e8c", linewidth=2, label="EMA (alpha 1/3)")
+        for index, step in enumerate(candidates):
+            axes.axvline(step, color="#555555", linestyle=":", linewidth=1, label="checkpoint" if index == 0 else None)
+        if selected_step is not None:
+            axes.axvline(selected_step, color="#1b7f2a", linewidth=2, label=f"selected (step {selected_step})")
+        axes.set_xlabel("global step")
+        axes.set_ylabel(reward_metric)
+        return True
+
+    def entropy(axes) -> bool:
+        drawn = False
+        for metric, colour in (("policy/policy_entropy", "#7b3294"), ("policy/grad_norm", "#c2410c")):
+            steps, values = _series(rows, metric)
+            if steps:
+                axes.plot(steps, values, color=colour, linewidth=1.5, label=metric)
+                drawn = True
+        axes.set_xlabel("global step")
+        return drawn
+
+    def log_ratio(axes) -> bool:
+        drawn = False
+        names = sorted({k for row in rows for k in row if "log_ratio" in k or "logprob_diff" in k})
+        for metric in names:
+            steps, values = _series(rows, metric)
+            if steps:
+                axes.plot(steps, [abs(v) for v in values], linewidth=1.2, label=f"|{metric}|")
+                drawn = True
+        axes.set_xlabel("global step")
+        return drawn
+
+    def failures(axes) -> bool:
+        drawn = False
+        for metric, colour in (("generate/num_error_trajectories", "#b91c1c"),
+                               ("generate/num_timeout_trajectories", "#d97706")):
+            steps, values = _series(rows, metric)
+            if steps:
+                axes.bar(steps, values, color=colour, alpha=0.7, label=metric)
+                drawn = True
+        axes.set_xlabel("global step")
+        return drawn
+
+    def turns(axes) -> bool:
+        counts = Counter(int(n) for n in (_number(t.get("n_episodes")) for t in trials or []) if n is not None)
+        if not counts:
+            return False
+        axes.bar(list(counts), list(counts.values()), color="#1f4e8c")
+        axes.set_xlabel("turns (n_episodes)")
+        axes.set_ylabel("trials")
+        return True
+
+    made = [
+        render(reward, f"{reward_metric or 'reward'}: raw and smoothed",
+               "Reward per global step, raw and EMA-smoothed, with the checkpoints as dotted lines and the selected "
+               "checkpoint as a solid green line"),
+        render(entropy, "policy entropy and grad norm", "Policy entropy and gradient norm per global step"),
+        render(log_ratio, "|log ratio| statistics", "Absolute log-ratio mean, p99 and max per global step"),
+        render(failures, "failed trajectories per step", "Error and timeout trajectories per global step"),
+        render(turns, "turn-count distribution", "How many trials took each number of turns"),
+    ]
+    return [panel for panel in made if panel is not None]
