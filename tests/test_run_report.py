@@ -70,3 +70,12 @@ def test_sections_say_when_data_is_absent() -> None:
     full = markdown(ROWS, TRIALS)
     assert "| timing/generate | 210 | 70.0% |" in full and "| overlap (span time beyond the step) | 20 | 6.7% |" in full
     assert "| agent_execution phase | 100 | 66.7% |" in full and "Not available" not in full
+
+
+def test_training_progression_has_one_row_per_step() -> None:
+    from rlkeep.run_report import progression
+
+    headers, table = progression(ROWS)
+    assert headers == ["step", "reward (reward/avg_raw_reward)", "step time (timing/step)"]
+    assert table == [["1", "0.2", "100"], ["2", "0.4", "200"], ["3", "", ""]]
+    assert progression([{"global_step": 1}]) is None

@@ -137,14 +137,41 @@ def _pct(share: float | None) -> str:
     return "" if share is None else f"{100 * share:.1f}%"
 
 
-SURFACE_PARTS = ("summaries", "timing")
-ALL_PARTS = ("summaries", "timing", "trials")
+SURFACE_PARTS = ("progression", "summaries", "timing")
+ALL_PARTS = ("progression", "summaries", "timing", "trials")
+# The per-step columns of the training progression, each the first metric a pattern matches.
+PROGRESSION = (("reward", r"reward/avg_raw_reward$"), ("pass@k", r"reward/avg_pass_at_\d+$"),
+               ("entropy", r"policy/policy_entropy$"), ("grad norm", r"policy/grad_norm$"),
+               ("clip fraction", r"policy/.*clip.*(frac|ratio)"), ("policy loss", r"policy/policy_loss$"),
+               ("log-ratio mean", r"log_ratio.*mean|mean.*log_ratio"), ("step time", r"timing/step$"))
+
+
+def progression(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]] | None:
+    """(headers, one row per step) of the PROGRESSION metrics the surface has; None without any."""
+    import re
+
+    names = sorted({key for row in rows for key in row})
+    columns = []
+    for label, pattern in PROGRESSION:
+        match = next((name for name in names if re.search(pattern, name)), None)
+        if match is not None:
+            columns.append((label, match))
+    if not columns:
+        return None
+    table = []
+    for row in sorted(rows, key=lambda r: _number(r.get("global_step")) or 0):
+        table.append([_fmt(row.get("global_step")), *(_fmt(_number(row.get(metric))) for _, metric in columns)])
+    return ["step", *(f"{label} ({metric})" for label, metric in columns)], table
 
 
 def sections(rows: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, Any]] | None,
              parts: Sequence[str] = ALL_PARTS) -> list[tuple[str, list[str], list[list[str]] | None, str]]:
     """(title, headers, rows or None, note) per section; rows None means the data is absent (note says why)."""
     out: list[tuple[str, list[str], list[list[str]] | None, str]] = []
+    if "progression" in parts:
+        progress = progression(rows)
+        out.append(("Training progression", progress[0], progress[1], "one row per global step")
+                   if progress else ("Training progression", [], None, "no progression metric in the surface"))
     summaries = category_summaries(rows) if "summaries" in parts else None
     if "summaries" not in parts:
         pass
