@@ -16,6 +16,7 @@
 #   <job>/archive/<job>_archive.tgz, MANIFEST .......... rules/archive.smk
 #   <job>/verify/archive.json, register.json, reclaim.json  rules/archive.smk
 #   <job>/DONE, <job>/REPORT.md, <job>/STATUS.json ....... rules/report.smk
+#   campaign/index.html, campaign/<job>.html ........... rules/campaign.smk (and after every invocation)
 # Each rule runs one function of the `rlkeep` package (scripts/rlkeep/), named in its
 # `params: run=` and logged to <job>/logs/<rule>.log.
 # The record's `kind` (rl | sft | datagen | eval; rlkeep/kinds.py) decides which of these a job's
@@ -40,6 +41,7 @@ include: "rules/export.smk"
 include: "rules/publish.smk"
 include: "rules/archive.smk"
 include: "rules/report.smk"
+include: "rules/campaign.smk"
 
 
 ##### target rules #####
@@ -49,3 +51,4 @@ rule all:
     default_target: True
     input:
         get_all_done_targets(),
+        "campaign/index.html",

@@ -26,12 +26,12 @@ rule metric_surface:
         logs_manifest="{job}/sync/logs.manifest.json",
         candidates="{job}/checkpoint/candidates.json",
     output:
-        metrics="{job}/metrics/metrics.csv",
+        metrics=report("{job}/metrics/metrics.csv", caption="../report/metrics_csv.rst", category="Metrics", subcategory="{job}"),
         superseded="{job}/metrics/superseded.csv",
         eval="{job}/metrics/eval.csv",
         attempts="{job}/metrics/attempts.json",
-        report="{job}/metrics/report.md",
-        plot="{job}/metrics/reward.png",
+        report=report("{job}/metrics/report.md", caption="../report/metrics_md.rst", category="Metrics", subcategory="{job}"),
+        plot=report("{job}/metrics/reward.png", caption="../report/reward.rst", category="Metrics", subcategory="{job}"),
     log:
         "{job}/logs/metric_surface.log",
     params:
@@ -48,8 +48,8 @@ rule trial_table:
     input:
         traces="{job}/sync/trace_jobs.tar",
     output:
-        trials="{job}/metrics/trials.csv",
-        report="{job}/metrics/trials.md",
+        trials=report("{job}/metrics/trials.csv", caption="../report/trials_csv.rst", category="Trials", subcategory="{job}"),
+        report=report("{job}/metrics/trials.md", caption="../report/trials_md.rst", category="Trials", subcategory="{job}"),
     log:
         "{job}/logs/trial_table.log",
     params:

@@ -66,6 +66,7 @@ localrules:
     select_checkpoint,
     register,
     done,
+    campaign,
 
 
 ##### records #####
@@ -80,7 +81,8 @@ def get_record(job):
         raise WorkflowError(str(error)) from None
 
 
-def get_all_done_targets():
+def get_all_jobs():
+    """Every job with a record in records/ (the file stem), checked to be a job name."""
     if not RECORDS_DIR.is_dir():
         return []
     jobs = sorted(p.stem for p in RECORDS_DIR.glob("*.yaml"))
@@ -90,7 +92,15 @@ def get_all_done_targets():
                 f"{record_path(RECORDS_DIR, job)}: field 'job' must equal the file stem, and {job!r} is not a "
                 "job name; expected a file named <job>.yaml with <job> matching ^[A-Za-z0-9][A-Za-z0-9._-]*$"
             )
-    return [f"{job}/DONE" for job in jobs]
+    return jobs
+
+
+def get_all_done_targets():
+    return [f"{job}/DONE" for job in get_all_jobs()]
+
+
+def get_record_files():
+    return [str(record_path(RECORDS_DIR, job)) for job in get_all_jobs()]
 
 
 ##### settings handed to steps (params, so a change reruns what it affects) #####
@@ -232,12 +242,37 @@ def write_status_files():
     write_status_for_jobs(Path.cwd(), RECORDS_DIR)
 
 
+def get_invocation():
+    """`snakemake [--snakefile F] --profile P` as this invocation was started."""
+    from rlkeep.report import invocation_from_argv
+
+    return invocation_from_argv(sys.argv)
+
+
+def write_campaign_files():
+    """campaign/index.html and campaign/<job>.html from the records and job folders (rlkeep.campaign)."""
+    from rlkeep.campaign import write_campaign
+
+    return write_campaign(Path.cwd(), RECORDS_DIR, invocation=get_invocation())
+
+
+def refresh_campaign():
+    """After every invocation, so the page never shows an older state than the last run left. A
+    failure here is reported and does not hide the run's own result."""
+    try:
+        write_campaign_files()
+    except Exception as error:  # noqa: BLE001 - the run's outcome matters more than its view
+        print(f"rlkeep: campaign/index.html was not refreshed: {error}", file=sys.stderr)
+
+
 onsuccess:
     write_status_files()
+    refresh_campaign()
 
 
 onerror:
     write_status_files()
+    refresh_campaign()
 
 
 ##### inputs of the completion record #####

@@ -7,7 +7,7 @@ rule done:
         unpack(get_done_inputs),
     output:
         done="{job}/DONE",
-        report="{job}/REPORT.md",
+        report=report("{job}/REPORT.md", caption="../report/done.rst", category="Completion record", subcategory="{job}"),
     log:
         "{job}/logs/done.log",
     params:

@@ -2,8 +2,8 @@
 
 Starts the embedded services on 127.0.0.1 (SeaweedFS as the object store, the Hub-compatible
 server), seeds a generated SkyRL + Harbor run into the store once, writes its job record and
-the Iris stand-in's state, runs `snakemake --profile <repo>/profiles/local rl-demo/DONE` and
-prints the completion record. A second run reuses the services' data and finds nothing to do.
+the Iris stand-in's state, runs `snakemake --profile <repo>/profiles/local rl-demo/DONE`,
+prints the completion record and ends with the path of the campaign page (campaign/index.html). A second run reuses the services' data and finds nothing to do.
 """
 from __future__ import annotations
 
@@ -100,10 +100,13 @@ def run_demo(data_root: Path) -> int:
 
     done_path = data_root / JOB / "DONE"
     status_path = data_root / JOB / "STATUS.json"
+    campaign_page = data_root / "campaign" / "index.html"  # rebuilt by the pipeline after every invocation
     if result.returncode != 0 or not done_path.is_file():
         print(f"rlkeep demo: the pipeline did not complete; see {status_path}", file=sys.stderr)
         if status_path.is_file():
             print(status_path.read_text(), file=sys.stderr)
+        if campaign_page.is_file():
+            print(f"Campaign page: {campaign_page}", file=sys.stderr)
         return 1
     done = json.loads(done_path.read_text())
     print(f"\nCompletion record: {done_path}\nReport: {data_root / JOB / 'REPORT.md'}\n")
@@ -113,6 +116,7 @@ def run_demo(data_root: Path) -> int:
                                                     "remaining_work") if key in done}, indent=2))
     print(f"\nReclaiming the run's storage needs explicit authority for this job: rerun with "
           f"--config reclaim_authorized={JOB}")
+    print(f"\nCampaign page (open it in a browser): {campaign_page}")
     return 0
 
 

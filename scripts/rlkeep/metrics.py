@@ -51,6 +51,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import atomic_write_bytes
+from rlkeep import run_report
 from rlkeep.jsonskim import SkimError, pick_members
 
 SERIALIZATIONS: tuple[str, ...] = ("wandb-json", "skyrl-console", "python-dict", "json-lines")
@@ -1213,8 +1214,9 @@ def render_surface(surface: Surface, trials: Sequence[Mapping[str, Any]] | None,
         "superseded.csv": superseded_csv(surface),
         "eval.csv": eval_csv(surface),
         "attempts.json": attempts_json(surface),
-        "report.md": report_markdown(surface, trials, job=job, candidates=candidate_list, selected_step=selected_step,
-                                     behavior_break_step=behavior_break_step).encode("utf-8"),
+        "report.md": (report_markdown(surface, trials, job=job, candidates=candidate_list, selected_step=selected_step,
+                                      behavior_break_step=behavior_break_step).rstrip("\n") + "\n\n"
+                      + run_report.markdown(surface.rows, None, run_report.SURFACE_PARTS)).encode("utf-8"),
         "reward.png": reward_png(surface, candidates=candidate_list, selected_step=selected_step,
                                  behavior_break_step=behavior_break_step, job=job),
     }
@@ -1223,7 +1225,8 @@ def render_surface(surface: Surface, trials: Sequence[Mapping[str, Any]] | None,
 def render_trials(trials: Sequence[Mapping[str, Any]], *, job: str | None = None,
                   source: str | None = None) -> dict[str, bytes]:
     return {"trials.csv": trials_csv(trials),
-            "trials.md": trials_markdown(trials, job=job, source=source).encode("utf-8")}
+            "trials.md": (trials_markdown(trials, job=job, source=source).rstrip("\n") + "\n\n"
+                          + run_report.markdown([], trials, ("trials",))).encode("utf-8")}
 
 
 def write_outputs(surface: Surface, trials: Sequence[Mapping[str, Any]] | None, out_dir: str | os.PathLike[str], *,

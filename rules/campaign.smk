@@ -1,0 +1,19 @@
+# The campaign view (rlkeep/campaign.py): campaign/index.html, one row per record in records/,
+# and campaign/<job>.html per record. It reads only the records and the job folders (no network),
+# so it is cheap; the onsuccess/onerror handlers in common.smk rebuild it after every invocation,
+# and this rule makes it on demand (`snakemake campaign/index.html`, and the default target `all`).
+
+
+rule campaign:
+    input:
+        records=get_record_files(),
+    output:
+        index=report("campaign/index.html", caption="../report/campaign.rst", category="Campaign"),
+        runs=expand("campaign/{job}.html", job=get_all_jobs()),
+    log:
+        "campaign/logs/campaign.log",
+    params:
+        records=str(RECORDS_DIR),
+        invocation=get_invocation(),  # the command a blocked run's row says to continue with
+    script:
+        "../scripts/campaign_step.py"

@@ -1,0 +1,199 @@
+"""The campaign page builders (rlkeep/campaign.py) over job folders made by hand."""
+from __future__ import annotations
+
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from rlkeep.campaign import (archive_summary, attempt_timeline, destination_links, esc, hub_url, index_html,
+                             load_campaign, load_run, storage_bytes, write_campaign)
+from rlkeep.report import STEPS
+from tests.support.campaign import (BLOCKED_REASON, blocked_run, completed_run, local_links, not_started, resolve,
+                                    write_record)
+
+
+class Rows(HTMLParser):
+    """{job: {"state": ..., "steps": {step: status}, "titles": {step: title}, "text": ...}} of #runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: dict[str, dict] = {}
+        self.current: dict | None = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "tr" and "data-job" in attrs:
+            self.current = self.rows.setdefault(attrs["data-job"], {"state": attrs["data-state"], "steps": {},
+                                                                    "titles": {}, "text": ""})
+        if tag == "td" and self.current is not None and "data-step" in attrs:
+            self.current["steps"][attrs["data-step"]] = attrs["data-status"]
+            self.current["titles"][attrs["data-step"]] = attrs["title"]
+
+    def handle_endtag(self, tag):
+        if tag == "tr":
+            self.current = None
+
+    def handle_data(self, data):
+        if self.current is not None:
+            self.current["text"] += data
+
+
+def parse_rows(text: str) -> dict[str, dict]:
+    parser = Rows()
+    parser.feed(text)
+    return parser.rows
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    completed_run(tmp_path)
+    blocked_run(tmp_path)
+    not_started(tmp_path)
+    return tmp_path
+
+
+def build(root: Path, monkeypatch: pytest.MonkeyPatch, endpoint: str | None = None) -> Path:
+    if endpoint is None:
+        monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    else:
+        monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    return write_campaign(root, Path("records"), invocation="snakemake --profile iris")
+
+
+def test_one_row_per_record_with_each_steps_state(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = parse_rows(build(root, monkeypatch).read_text())
+    assert {job: row["state"] for job, row in rows.items()} == {
+        "rl-done": "done", "rl-stuck": "blocked", "rl-later": "not_started"}
+    assert rows["rl-done"]["steps"] == {step.name: "not_applicable" if step.name == "reclaim" else "completed"
+                                        for step in STEPS}
+    stuck = rows["rl-stuck"]["steps"]
+    assert stuck["capture_chain"] == stuck["stop_retries"] == "completed"
+    assert stuck["sync_logs"] == "blocked"
+    assert {stuck[s.name] for s in STEPS if s.name not in {"capture_chain", "stop_retries", "sync_logs"}} == {"pending"}
+    assert set(rows["rl-later"]["steps"].values()) == {"pending"}
+
+
+def test_blocked_reason_is_in_the_title_and_the_text_escaped(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = build(root, monkeypatch).read_text()
+    rows = parse_rows(text)
+    assert BLOCKED_REASON in rows["rl-stuck"]["titles"]["sync_logs"]  # the parser unescapes attributes
+    assert BLOCKED_REASON in rows["rl-stuck"]["text"]
+    assert "<script>alert(1)</script>" not in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    assert "snakemake --profile iris rl-stuck/DONE" in rows["rl-stuck"]["text"]
+    assert "snakemake --profile iris rl-later/DONE" in rows["rl-later"]["text"]
+    assert "rl-done/DONE" not in rows["rl-done"]["text"]
+
+
+def test_hub_links_follow_hf_endpoint(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = build(root, monkeypatch).read_text()
+    assert 'href="https://huggingface.co/demo/rl-done"' in text
+    assert 'href="https://huggingface.co/datasets/demo/rl-done-traces"' in text
+    assert 'href="https://wandb.ai/team/project/runs/rl-done"' in text
+    assert 'href="s3://' not in text  # the archive is named, not linked
+    text = build(root, monkeypatch, "http://127.0.0.1:9/hub/").read_text()
+    assert 'href="http://127.0.0.1:9/hub/demo/rl-done"' in text
+    assert 'href="http://127.0.0.1:9/hub/datasets/demo/rl-done-traces"' in text
+    assert hub_url("a b/c\"d", "model", "https://h") == "https://h/a%20b/c%22d"
+
+
+def test_tracker_that_is_not_http_is_not_a_link() -> None:
+    links = destination_links({"destinations": "not_applicable", "tracker_url": "javascript:alert(1)"})
+    assert links == [("tracker", "javascript:alert(1)", None)]
+
+
+def test_storage_bytes(root: Path) -> None:
+    done = load_run(root, root / "records" / "rl-done.yaml")
+    assert storage_bytes(done) == {"preserved": 10_000, "reclaimed": 0, "reclaimable": 10_500}
+    (root / "rl-done" / "reclaim.json").write_text(
+        '{"status": "completed", "deleted_bytes": 10000, "planned_bytes": 10500}')
+    assert storage_bytes(load_run(root, root / "records" / "rl-done.yaml")) == {
+        "preserved": 10_000, "reclaimed": 10_000, "reclaimable": 500}
+    later = load_run(root, root / "records" / "rl-later.yaml")
+    assert storage_bytes(later) == {"preserved": None, "reclaimed": 0, "reclaimable": None}
+
+
+def test_timeline_marks_stopped_dead_and_unrecorded(root: Path) -> None:
+    rows = attempt_timeline(load_run(root, root / "records" / "rl-done.yaml"))
+    assert [(r["n"], r["id"], r["state"]) for r in rows] == [
+        (1, "/demo/rl-done", "failed"), (2, "/demo/rl-done-r1", "killed"), (None, "/demo/rl-done-r9", "running")]
+    assert any(note.startswith("dead") for note in rows[0]["notes"])
+    assert any("stopped by rlkeep" in note for note in rows[1]["notes"])
+    assert "unrecorded" in rows[2]["notes"][0] and "may still write checkpoints" in rows[2]["notes"][0]
+    later = attempt_timeline(load_run(root, root / "records" / "rl-later.yaml"))
+    assert [r["id"] for r in later] == ["/demo/rl-later", "/demo/rl-later-r1"]
+    assert all(r["state"] == "not captured yet" for r in later)
+
+
+def test_archive_summary_counts() -> None:
+    summary = archive_summary("run=x\nkept\t10\ta\nkept\t20\tb\nskipped\t5\tc\tcache\n")
+    assert summary == {"summary": "run=x", "entries": 3, "kept": 2, "skipped": 1}
+    assert archive_summary(None) is None
+
+
+def test_run_page_shows_selection_candidates_verification_and_links(root: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    index = build(root, monkeypatch)
+    page = index.parent / "rl-done.html"
+    text = page.read_text()
+    assert "Selected step <strong>40</strong>" in text and "latest rule: the last complete save" in text
+    assert "abc123" in text and "def456" in text  # the verified commits
+    assert "<td>2</td>" in text and "<td>1</td>" in text  # MANIFEST kept / skipped
+    stuck = (index.parent / "rl-stuck.html").read_text()
+    assert esc(BLOCKED_REASON) in stuck and "snakemake --profile iris rl-stuck/DONE" in stuck
+    for html_page in index.parent.glob("*.html"):
+        links = local_links(html_page.read_text())
+        assert links, html_page
+        missing = [link for link in links if not resolve(html_page, link).exists()]
+        assert not missing, (html_page, missing)
+
+
+def test_every_page_is_self_contained(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    index = build(root, monkeypatch)
+    for html_page in index.parent.glob("*.html"):
+        text = html_page.read_text()
+        assert "<script src" not in text and "<link" not in text and "@import" not in text and "url(" not in text
+        assert 'scope="col"' in text and "<caption>" in text
+        assert "rlkeep revision" in text and "<footer>" in text
+
+
+def test_unreadable_record_is_shown_with_its_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_record(tmp_path, {"job": "rl-bad", "user": "demo"})
+    views = load_campaign(tmp_path, Path("records"))
+    assert [v.overall for v in views] == ["unreadable"]
+    assert "rl-bad.yaml" in views[0].record_error
+    text = index_html(views, generated_at="t", revision="r")
+    assert parse_rows(text)["rl-bad"]["state"] == "unreadable"
+    assert "record error" in text
+
+
+def test_no_records_gives_an_empty_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "records").mkdir()
+    text = build(tmp_path, monkeypatch).read_text()
+    assert "0 records: no records" in text and parse_rows(text) == {}
+
+
+def test_run_page_has_the_run_analysis_and_names_a_bad_table(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    page = build(root, monkeypatch).parent / "rl-done.html"
+    text = page.read_text()
+    assert "<td>210</td><td>70.0%</td>" in text  # timing/generate: 60 + 150 s of 300 s step time
+    assert "Not available: no trial table" in text
+    (root / "rl-done" / "metrics" / "metrics.csv").write_text("step,x\n1,2\n")
+    text = build(root, monkeypatch).parent.joinpath("rl-done.html").read_text()
+    assert "Not read: " in text and "metrics.csv" in text and "Not available: no step logged timing/step" in text
+
+
+def test_run_page_plots_are_cached_per_job(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    index = build(root, monkeypatch)
+    plots = index.parent / ".plots"
+    first = sorted(p.name for p in plots.iterdir())
+    assert len(first) == 1 and first[0].startswith("rl-done-")
+    text = (index.parent / "rl-done.html").read_text()
+    assert 'alt="Reward per global step, raw and EMA-smoothed' in text and "data:image/png;base64," in text
+    (plots / "rl-done-x-0123456789abcdef01234567.json").write_text("[]")  # another job's ("rl-done-x")
+    metrics = root / "rl-done" / "metrics" / "metrics.csv"
+    metrics.write_text(metrics.read_text() + "3,rl-done,150,90,0.75\n")
+    build(root, monkeypatch)
+    second = sorted(p.name for p in plots.iterdir())
+    assert "rl-done-x-0123456789abcdef01234567.json" in second and first[0] not in second and len(second) == 2

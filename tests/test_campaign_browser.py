@@ -1,0 +1,109 @@
+"""The campaign pages in a real headless Chromium (Debian's chromium, installed by .ci/run), made by
+the real pipeline: `snakemake campaign/index.html`, and the refresh after a `<job>/DONE` run."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from rlkeep.report import STEPS
+from tests.conftest import run_snakemake, seed_example
+from tests.support.campaign import (BLOCKED_REASON, blocked_run, chromium_path, completed_run, local_links,
+                                    not_started, render, resolve)
+from tests.test_campaign import parse_rows
+
+pytestmark = pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed (.ci/run installs it)")
+
+COMPLETED_CELL = (0xD7, 0xF0, 0xD9)
+BLOCKED_CELL = (0xFB, 0xD5, 0xD5)
+PENDING_CELL = (0xFF, 0xF1, 0xC2)
+
+
+def screenshot_colours(page: Path, tmp_path: Path, name: str) -> set[tuple[int, int, int]]:
+    shot = tmp_path / f"{name}.png"
+    rendered = render(page, tmp_path / f"profile-{name}", screenshot=shot, size="2600,1400")
+    assert rendered.console == []
+    with Image.open(shot) as image:
+        colours = image.convert("RGB").getcolors(maxcolors=1 << 22)
+    assert colours is not None and len(colours) > 20, f"{shot} looks blank"
+    return {colour for _, colour in colours}
+
+
+def check_in_browser(index: Path, tmp_path: Path, expected_states: dict[str, str]) -> dict[str, dict]:
+    """Open the index and every run page: rendered, no console message, links resolve; the rows as shown."""
+    rendered = render(index, tmp_path / "profile-index")
+    assert rendered.console == [], rendered.console
+    assert '<div id="controls">' in rendered.dom  # the inline script ran and showed the sort/filter controls
+    rows = parse_rows(rendered.dom)
+    assert {job: row["state"] for job, row in rows.items()} == expected_states
+    pages = [index, *(index.parent / f"{job}.html" for job in expected_states)]
+    for page in pages:
+        dom = render(page, tmp_path / f"profile-{page.stem}").dom if page != index else rendered.dom
+        links = local_links(dom)
+        assert links, page
+        missing = [link for link in links if not resolve(page, link).exists()]
+        assert missing == [], (page, missing)
+    colours = screenshot_colours(index, tmp_path, "index")
+    assert {COMPLETED_CELL, BLOCKED_CELL, PENDING_CELL} <= colours
+    return rows
+
+
+def test_console_errors_are_caught(tmp_path: Path) -> None:
+    """The check below can fail: a page with a script error reports it."""
+    page = tmp_path / "broken.html"
+    page.write_text("<!DOCTYPE html><html><body><p>x</p><script>missingFunction();</script></body></html>")
+    assert any("missingFunction" in line for line in render(page, tmp_path / "profile").console)
+
+
+def test_campaign_rule_pages_in_chromium(data_root: Path, tmp_path: Path) -> None:
+    completed_run(data_root)
+    blocked_run(data_root)
+    not_started(data_root)
+    dry = run_snakemake(data_root, "campaign/index.html", extra=("-n",))
+    assert dry.returncode == 0, dry.stderr
+    assert "campaign" in dry.stdout + dry.stderr and not (data_root / "campaign").exists()
+    result = run_snakemake(data_root, "campaign/index.html")
+    assert result.returncode == 0, result.stderr
+    index = data_root / "campaign" / "index.html"
+    rows = check_in_browser(index, tmp_path, {"rl-done": "done", "rl-stuck": "blocked", "rl-later": "not_started"})
+    assert rows["rl-stuck"]["steps"]["sync_logs"] == "blocked"
+    assert BLOCKED_REASON in rows["rl-stuck"]["text"]
+    assert "rl-stuck/DONE" in rows["rl-stuck"]["text"] and "--profile" in rows["rl-stuck"]["text"]
+    run_page = render(data_root / "campaign" / "rl-stuck.html", tmp_path / "profile-stuck")
+    assert run_page.console == []
+    assert "AccessDenied &lt;script&gt;" in run_page.dom and "rl-stuck/DONE" in run_page.dom
+    screenshot_colours(data_root / "campaign" / "rl-done.html", tmp_path, "run")
+
+
+def test_pipeline_refreshes_the_campaign_after_a_run(data_root: Path, bucket: str, iris, tmp_path: Path) -> None:
+    """A real finished run (the example on the S3 server), beside a blocked and a not-started record:
+    the `rl-demo/DONE` invocation alone rebuilds the whole campaign on success."""
+    seed_example(data_root, bucket, iris)
+    blocked_run(data_root)
+    not_started(data_root)
+    result = run_snakemake(data_root, "rl-demo/DONE")
+    assert result.returncode == 0, result.stderr[-3000:]
+    index = data_root / "campaign" / "index.html"
+    rows = check_in_browser(index, tmp_path, {"rl-demo": "done", "rl-stuck": "blocked", "rl-later": "not_started"})
+    status = json.loads((data_root / "rl-demo" / "STATUS.json").read_text())
+    assert rows["rl-demo"]["steps"] == {step.name: status["steps"][step.name]["status"] for step in STEPS}
+    run_page = (data_root / "campaign" / "rl-demo.html").read_text()
+    assert 'src="data:image/png;base64,' in run_page and 'alt="metrics/reward.png' in run_page
+    selected = json.loads((data_root / "rl-demo" / "checkpoint" / "selected.json").read_text())
+    assert f"Selected step <strong>{selected['step']}</strong>" in run_page
+    # the run analysis (rlkeep/run_report.py) is in the surface's and the trial table's reports, and on the page
+    report = (data_root / "rl-demo" / "metrics" / "report.md").read_text()
+    assert "## Per-category summaries" in report and "## Timing tree" in report and "| timing/generate |" in report
+    trials = (data_root / "rl-demo" / "metrics" / "trials.md").read_text()
+    assert "## Trial phases" in trials and "| agent_execution phase |" in trials and "success rate" in trials
+    assert "Timing tree" in run_page and "Trial phases" in run_page and "Not available" not in run_page
+    # Snakemake's own report over the report() outputs (README: Seeing the campaign)
+    snakemake_report = data_root / "report.html"
+    made = run_snakemake(data_root, "rl-demo/DONE", extra=("--report", str(snakemake_report)))
+    assert made.returncode == 0 and snakemake_report.is_file(), made.stderr[-3000:]
+    text = snakemake_report.read_text()
+    captions = ("Reward per global step", "The metric surface: one row", "Trial analysis: phase durations",
+                "The completion record of the run")  # report/*.rst: present only for report() outputs
+    assert all(caption in text for caption in captions), [c for c in captions if c not in text]
