@@ -96,7 +96,9 @@ def stop_signals_raise() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {signum: signal.signal(signum, _stop_requested) for signum in TERMINATING_SIGNALS}
+    # A signal ignored on entry stays ignored: `nohup` (SIGHUP) and background jobs of a shell (SIGINT) mean it.
+    previous = {signum: signal.signal(signum, _stop_requested) for signum in TERMINATING_SIGNALS
+                if signal.getsignal(signum) is not signal.SIG_IGN}
     try:
         yield
     finally:
@@ -121,6 +123,15 @@ def run_step(target: str, ctx: StepContext) -> int:
         _remove_outputs(ctx)
         log.error("step %s failed after %.1fs", target, time.monotonic() - started)
         print(f"rlkeep: {error}", file=sys.stderr, flush=True)
+        return 1
+    except OSError as error:
+        from rlkeep.diskspace import is_no_space, no_space_message
+
+        if not is_no_space(error):
+            raise
+        _remove_outputs(ctx)
+        log.error("step %s failed after %.1fs: out of disk space", target, time.monotonic() - started)
+        print(f"rlkeep: {target}: {no_space_message(error, ctx.job_dir)}", file=sys.stderr, flush=True)
         return 1
     except StepTerminated as stop:
         _remove_outputs(ctx)
