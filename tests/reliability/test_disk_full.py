@@ -27,7 +27,7 @@ from tests.support.hub import hub_server  # noqa: F401 - fixture
 
 FS_MB = 48
 FIRST_FREE = 1 << 20  # less than either sync tar of the example (about 2 MB each)
-STEP_FREE = (1 << 20) + (1 << 19)  # what each round frees
+STEP_FREE = 5 << 19  # what each round frees (2.5 MB: a few rounds, one writer refused in each)
 
 
 @pytest.fixture(scope="session")
