@@ -9,6 +9,7 @@ whose size is not known up front; sync.TarOutput removing its .part when closing
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from rlkeep.diskspace import free_bytes
+from rlkeep.storage import open_store
 from tests.reliability import figures_log
 from tests.reliability.support import (
     JOB, SOAK, Reference, clean_reference, leftovers, output_problems, read_json, run_logged, seed, stable_done,
@@ -95,3 +97,34 @@ def test_disk_full_at_each_writer_then_the_same_command_completes(small_data_roo
     assert tar_digests(scenario.job_dir) == reference.tar_sha256
     assert {f["path"]: f["sha256"] for f in read_json(scenario.job_dir / "export.json")["files"]} == reference.export_files
     assert leftovers(scenario.job_dir) == []
+
+
+class _FullDisk:
+    """A sink on a full filesystem: every write fails with ENOSPC."""
+
+    def __init__(self) -> None:
+        self.writes = 0
+
+    def write(self, data: bytes) -> int:
+        self.writes += 1
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def tell(self) -> int:
+        return 0
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return 0
+
+    def truncate(self, size: int | None = None) -> int:
+        return 0
+
+
+def test_a_read_into_a_full_disk_is_not_retried_nor_called_a_store_failure(s3_server, bucket: str) -> None:
+    """Found by removing require_free: the store's read retried ENOSPC 4 times and reported
+    'read failed' naming the object, not the full local path. Guard: storage.read_into re-raises it."""
+    store = open_store(f"s3://{bucket}/disk-full")
+    store.put_bytes("weights.bin", b"x" * 4096)
+    sink = _FullDisk()
+    with pytest.raises(OSError) as raised:
+        store.read_into("weights.bin", sink)
+    assert raised.value.errno == errno.ENOSPC and sink.writes == 1
