@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
+from rlkeep.diskspace import TAR_OVERHEAD_PER_MEMBER, require_free
 from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import atomic_write_bytes
 from rlkeep.storage import CHUNK, S3Store, Store, open_store, sha256_file
@@ -352,6 +353,9 @@ def build_archive(
         entries = [p.entry for p in planned]
         manifest_bytes = manifest_text(summary, entries).encode("utf-8")
         tmp = out_tgz.with_name(f".{out_tgz.name}.part")
+        # gzip only shrinks what it keeps (plus tar headers), so the kept bytes bound the archive
+        require_free(out_tgz, len(manifest_bytes) + sum(e.size + TAR_OVERHEAD_PER_MEMBER for e in entries if e.reason is None),
+                     "archive")
         out_tgz.parent.mkdir(parents=True, exist_ok=True)
         try:
             with open(tmp, "wb") as raw:

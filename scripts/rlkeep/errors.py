@@ -20,3 +20,15 @@ class SchedulerError(RlkeepError):
 
 class BlockedError(RlkeepError):
     """A step cannot proceed until the operator decides something (e.g. no selection rule)."""
+
+
+class StepTerminated(BaseException):
+    """The step was asked to stop (SIGTERM from SLURM preemption, SIGHUP from a closed login
+    session, SIGINT from Ctrl-C). A BaseException, like KeyboardInterrupt, so no `except
+    Exception` retry loop swallows it, while every finally block and temp-file cleanup runs."""
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        self.signum = signum
+        super().__init__(f"stopped by {signal.Signals(signum).name}")

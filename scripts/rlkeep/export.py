@@ -1402,6 +1402,7 @@ def export_step(ctx: Any) -> None:
     from rlkeep.jsonio import read_json, write_json
     from rlkeep.regions import store_to_local
     from rlkeep.steps import check_transfer
+    from rlkeep.diskspace import require_free
     from rlkeep.storage import open_store
 
     selected = read_json(ctx.inputs["selected"])
@@ -1427,15 +1428,26 @@ def export_step(ctx: Any) -> None:
     sources_path = src_dir.with_name(f"{src_dir.name}.sources.json")
     identity = {info.key[len(prefix) + 1:]: [info.size, info.etag, info.last_modified] for info in store.list(prefix)}
     downloaded = read_json(sources_path) if sources_path.is_file() else {}
+
+    def kept(name: str) -> bool:
+        target = src_dir / name
+        return target.is_file() and target.stat().st_size == sizes[name] and downloaded.get(name) == identity.get(name)
+
+    require_free(src_dir, sum(sizes[name] for name in needed if not kept(name)),
+                 f"checkpoint download from {record.store}/{prefix}")
     for name in needed:
         target = src_dir / name
-        if target.is_file() and target.stat().st_size == sizes[name] and downloaded.get(name) == identity.get(name):
+        if kept(name):
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(f".{target.name}.part")
-        with open(partial, "wb") as handle:
-            store.read_into(f"{prefix}/{name}", handle)
-        os.replace(partial, target)
+        try:
+            with open(partial, "wb") as handle:
+                store.read_into(f"{prefix}/{name}", handle)
+            os.replace(partial, target)
+        except BaseException:
+            partial.unlink(missing_ok=True)  # stopped or out of space: no half file stays behind
+            raise
         downloaded[name] = identity.get(name)
         write_json(sources_path, downloaded)
     log.info("export: %s from %s/%s (%d files)", detection.format, record.store, prefix, len(needed))

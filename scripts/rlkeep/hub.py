@@ -363,10 +363,25 @@ def hub_step(target: HubTarget, repo_type: str, repo_id: str, step: str, note: s
     except RlkeepError:
         raise
     except HUB_FAILURES as error:
+        full = _local_disk_full(error)
+        if full is not None:
+            raise full from None  # our disk, not the Hub: the step says which path is full (steps.run_step)
         message = f"Hub {step} failed for {repo_type} repo {repo_id} at {target.endpoint}: {describe_hub_error(error)}"
         if note:
             message += f". {note}"
         raise RlkeepError(target.scrub(message)) from None
+
+
+def _local_disk_full(error: BaseException | None) -> OSError | None:
+    """The ENOSPC/EDQUOT error in an exception chain (a download ran out of local space), if any."""
+    from rlkeep.diskspace import is_no_space
+
+    seen = 0
+    while error is not None and seen < 16:
+        if is_no_space(error):
+            return error  # type: ignore[return-value]
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return None
 
 
 def _status(error: BaseException) -> int | None:

@@ -12,14 +12,17 @@ import argparse
 import importlib
 import logging
 import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlkeep.errors import RlkeepError
+from rlkeep.errors import RlkeepError, StepTerminated
 from rlkeep.records import JobRecord, load_record, record_path
 
 if TYPE_CHECKING:
@@ -74,19 +77,68 @@ def configure_logging(stream: Any = None) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# After a stop request the step has this long to clean up; then SIGALRM's default action ends it.
+CLEANUP_SECONDS = 30
+
+
+def _stop_requested(signum: int, frame: Any) -> None:
+    for other in TERMINATING_SIGNALS:
+        signal.signal(other, signal.SIG_IGN)  # one stop is enough: a second must not cut the cleanup short
+    signal.alarm(CLEANUP_SECONDS)
+    raise StepTerminated(signum)
+
+
+@contextmanager
+def stop_signals_raise() -> Iterator[None]:
+    """SIGTERM, SIGINT and SIGHUP raise StepTerminated in the main thread, so temp files and
+    half-written targets are removed by the code that made them (finally / except BaseException)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    # A signal ignored on entry stays ignored: `nohup` (SIGHUP) and background jobs of a shell (SIGINT) mean it.
+    previous = {signum: signal.signal(signum, _stop_requested) for signum in TERMINATING_SIGNALS
+                if signal.getsignal(signum) is not signal.SIG_IGN}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _remove_outputs(ctx: StepContext) -> None:
+    for path in ctx.outputs.values():
+        # a failed step leaves nothing that could pass for its output
+        if path.is_file() and not path.name.startswith("."):
+            path.unlink(missing_ok=True)
+
+
 def run_step(target: str, ctx: StepContext) -> int:
     started = time.monotonic()
     log.info("step %s for job %s", target, ctx.job)
     try:
-        resolve(target)(ctx)
+        with stop_signals_raise():
+            resolve(target)(ctx)
     except RlkeepError as error:
-        for path in ctx.outputs.values():
-            # a failed step leaves nothing that could pass for its output
-            if path.is_file() and not path.name.startswith("."):
-                path.unlink(missing_ok=True)
+        _remove_outputs(ctx)
         log.error("step %s failed after %.1fs", target, time.monotonic() - started)
         print(f"rlkeep: {error}", file=sys.stderr, flush=True)
         return 1
+    except OSError as error:
+        from rlkeep.diskspace import is_no_space, no_space_message
+
+        if not is_no_space(error):
+            raise
+        _remove_outputs(ctx)
+        log.error("step %s failed after %.1fs: out of disk space", target, time.monotonic() - started)
+        print(f"rlkeep: {target}: {no_space_message(error, ctx.job_dir)}", file=sys.stderr, flush=True)
+        return 1
+    except StepTerminated as stop:
+        _remove_outputs(ctx)
+        log.error("step %s %s after %.1fs; temporary files removed", target, stop, time.monotonic() - started)
+        print(f"rlkeep: {target} {stop}; nothing partial kept: rerun the same command to resume", file=sys.stderr,
+              flush=True)
+        return 128 + stop.signum
     log.info("step %s done in %.1fs", target, time.monotonic() - started)
     return 0
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import errno
 import os
 import shutil
 import threading
@@ -394,6 +395,8 @@ class S3Store:
             except Exception as error:  # noqa: BLE001
                 sink.seek(start)
                 sink.truncate()
+                if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise  # the local disk is full: no retry helps; the step names the full path
                 if _is_missing(error):
                     raise ObjectMissing(f"{what}: listed but no longer exists") from None
                 transient = isinstance(error, StoreError) or _retryable(error)

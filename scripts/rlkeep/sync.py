@@ -25,6 +25,7 @@ from typing import IO, TYPE_CHECKING, Any
 from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import write_json
 from rlkeep.regions import store_to_local
+from rlkeep.diskspace import TAR_OVERHEAD_PER_MEMBER, require_free
 from rlkeep.steps import check_transfer
 from rlkeep.storage import ObjectInfo, Store, fetch_in_order, open_store
 
@@ -175,11 +176,16 @@ class TarOutput:
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
         try:
-            self.tar.close()
-            self.handle.flush()
-            os.fsync(self.handle.fileno())
-        finally:
-            self.handle.close()
+            try:
+                self.tar.close()  # writes the end-of-archive blocks: can itself fail (ENOSPC)
+                self.handle.flush()
+                os.fsync(self.handle.fileno())
+            finally:
+                self.handle.close()
+        except BaseException:
+            self.tmp.unlink(missing_ok=True)
+            if exc_type is None:
+                raise
         if exc_type is not None:
             self.tmp.unlink(missing_ok=True)
         else:
@@ -249,6 +255,8 @@ def sync_traces(ctx: StepContext) -> None:
         raise RlkeepError(f"{traces_url}: no trace objects under this prefix; check the record's store and layout.traces")
     log.info("%s: %d objects listed, %d to sync, %d excluded", traces_url, len(listed), len(chosen), len(skipped))
     check_transfer(ctx, nbytes=sum(info.size for info in chosen), what=f"trace sync from {traces_url}", **store_to_local(ctx))
+    require_free(ctx.outputs["tar"], sum(info.size for info in chosen) + TAR_OVERHEAD_PER_MEMBER * (len(chosen) + 2),
+                 f"trace sync from {traces_url}")
 
     stats = TarStats(objects_skipped=skipped)
     with TarOutput(ctx.outputs["tar"]) as (tar, hasher):
@@ -411,6 +419,8 @@ def sync_logs(ctx: StepContext) -> None:
             skipped.append({"key": info.key, "size": info.size, "reason": reason})
 
     check_transfer(ctx, nbytes=sum(info.size for info in chosen), what=f"log sync from {record.store}", **store_to_local(ctx))
+    require_free(ctx.outputs["tar"], sum(info.size for info in chosen) + TAR_OVERHEAD_PER_MEMBER * (len(chosen) + 2),
+                 f"log sync from {record.store}")
     stats = TarStats(objects_skipped=skipped)
     attempts = []
     states = _attempt_states(ctx)

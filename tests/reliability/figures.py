@@ -67,6 +67,10 @@ def add_up(lines: list[dict[str, Any]]) -> dict[str, Any]:
         "secret_kinds": max((int(item["kinds"]) for item in secrets), default=0),
         "artifact_types": max((int(item["artifact_types"]) for item in secrets), default=0),
         "concurrent_runs": sum(int(item["runs"]) for item in by_kind.get("concurrency", [])),
+        "stops_survived": sum(int(item["survived"]) for item in by_kind.get("stops", [])),
+        "stop_points": sorted({point for item in by_kind.get("stops", []) for point in item["points"]}),
+        "disk_full_refusals": sum(int(item["refusals"]) for item in by_kind.get("disk_full", [])),
+        "disk_full_steps": sorted({step for item in by_kind.get("disk_full", []) for step in item["steps"]}),
         "lost": lost,
         "leaked": leaked,
     }

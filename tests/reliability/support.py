@@ -58,7 +58,7 @@ class Pipeline:
     """The real pipeline in its own session (process group), so SIGKILL reaches every job it started."""
 
     def __init__(self, data_root: Path, *targets: str, env: dict[str, str], config: tuple[str, ...] = (),
-                 extra: tuple[str, ...] = (), name: str = "run") -> None:
+                 extra: tuple[str, ...] = (), name: str = "run", default_signals: bool = False) -> None:
         self.data_root = data_root
         self.command = snakemake_command(*targets, extra=extra, config=config)
         logs = data_root.parent / "pipeline-output"
@@ -67,7 +67,8 @@ class Pipeline:
         self.err_path = logs / f"{name}.err"
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.process = subprocess.Popen(self.command, cwd=data_root, env={**os.environ, **env}, stdout=out,
-                                            stderr=err, start_new_session=True)
+                                            stderr=err, start_new_session=True,
+                                            preexec_fn=default_signal_actions if default_signals else None)
 
     def running(self) -> bool:
         return self.process.poll() is None
@@ -92,6 +93,13 @@ class Pipeline:
 
     def output(self) -> str:
         return self.out_path.read_text(errors="replace") + self.err_path.read_text(errors="replace")
+
+
+def default_signal_actions() -> None:
+    """In a child: SIGINT, SIGTERM and SIGHUP act as in a terminal session (a test runner started
+    in the background of a shell inherits SIGINT ignored, and would pass that on)."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def _group_alive(pgid: int) -> bool:

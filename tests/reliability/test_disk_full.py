@@ -1,0 +1,130 @@
+"""Disk full: the data root on a small tmpfs the test mounts, nearly filled by a ballast file, so the
+run's writers (sync, export, staging, archive) hit the wall one after another. Each failure names the
+full path and what it needed; nothing partial passes for complete and no temp file stays; after the
+test frees space (shrinks the ballast) the same command goes on, and the end equals a clean run's.
+
+Guards: rlkeep.diskspace.require_free, called before sync (listed bytes), the checkpoint download
+(bytes still to fetch) and the archive (kept bytes); steps.run_step's ENOSPC message for the writes
+whose size is not known up front; sync.TarOutput removing its .part when closing the tar itself fails.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rlkeep.diskspace import free_bytes
+from rlkeep.storage import open_store
+from tests.reliability import figures_log
+from tests.reliability.support import (
+    JOB, SOAK, Reference, clean_reference, leftovers, output_problems, read_json, run_logged, seed, stable_done,
+    tar_digests,
+)
+from tests.support.hub import hub_server  # noqa: F401 - fixture
+
+FS_MB = 48
+FIRST_FREE = 1 << 20  # less than either sync tar of the example (about 2 MB each)
+STEP_FREE = 5 << 19  # what each round frees (2.5 MB: a few rounds, one writer refused in each)
+
+
+@pytest.fixture(scope="session")
+def reference(s3_server, tmp_path_factory: pytest.TempPathFactory) -> Reference:
+    return clean_reference(s3_server, tmp_path_factory.mktemp("reference"))
+
+
+@pytest.fixture
+def small_data_root(tmp_path: Path):
+    root = tmp_path / "data"
+    root.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={FS_MB}m,mode=0755", "tmpfs", str(root)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a {FS_MB} MB tmpfs here ({mounted.stderr.strip()}): the disk-full test needs root "
+                    "and mount(8)")
+    try:
+        (root / "records").mkdir()
+        yield root
+    finally:
+        subprocess.run(["umount", "-l", str(root)], check=False)
+
+
+def _failed_steps(stderr: str, data_root: Path) -> list[tuple[str, str]]:
+    """(rule, the step's own last 'rlkeep:' line) of every rule Snakemake reports as failed."""
+    failed = []
+    for rule, log in re.findall(r"Error in rule (\w+):\n(?:.*\n)*?\s+log: (\S+)", stderr):
+        log_path = data_root / log
+        lines = log_path.read_text(errors="replace").splitlines() if log_path.is_file() else []
+        said = next((line for line in reversed(lines) if line.startswith("rlkeep:")), "")
+        failed.append((rule, said))
+    return failed
+
+
+def test_disk_full_at_each_writer_then_the_same_command_completes(small_data_root: Path, bucket: str, iris,
+                                                                  hub_server, reference: Reference) -> None:
+    data_root = small_data_root
+    scenario = seed(data_root, bucket, iris, hub_server)
+    ballast = data_root / "ballast"
+    with open(ballast, "wb") as handle:
+        os.posix_fallocate(handle.fileno(), 0, free_bytes(data_root) - FIRST_FREE)
+    refusals: list[tuple[str, str]] = []
+    for _ in range(40):
+        result = run_logged(scenario, f"{JOB}/DONE")
+        if result.returncode == 0:
+            break
+        failed = _failed_steps(result.stderr, data_root)
+        assert failed, result.stderr[-4000:]
+        for rule, said in failed:
+            # which path is full and how much it needed (early refusal) or what was left (mid-write)
+            assert str(data_root) in said and ("needs" in said or "no space left" in said), (rule, said)
+            refusals.append((rule, said))
+        assert output_problems(scenario.job_dir) == [], failed
+        assert leftovers(scenario.job_dir) == [], failed
+        size = ballast.stat().st_size
+        os.truncate(ballast, max(0, size - STEP_FREE))  # the operator frees some space
+    else:
+        pytest.fail(f"the run did not finish after {len(refusals)} refusals")
+    ballast.unlink()
+    rules = {rule for rule, _ in refusals}
+    figures_log.record("disk_full", refusals=len(refusals), steps=sorted(rules))
+    assert {"sync_logs", "sync_traces"} <= rules, refusals
+    assert any("needs" in said for _, said in refusals), refusals
+    assert stable_done(scenario) == reference.done
+    assert tar_digests(scenario.job_dir) == reference.tar_sha256
+    assert {f["path"]: f["sha256"] for f in read_json(scenario.job_dir / "export.json")["files"]} == reference.export_files
+    assert leftovers(scenario.job_dir) == []
+
+
+class _FullDisk:
+    """A sink on a full filesystem: every write fails with ENOSPC."""
+
+    def __init__(self) -> None:
+        self.writes = 0
+
+    def write(self, data: bytes) -> int:
+        self.writes += 1
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def tell(self) -> int:
+        return 0
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return 0
+
+    def truncate(self, size: int | None = None) -> int:
+        return 0
+
+
+def test_a_read_into_a_full_disk_is_not_retried_nor_called_a_store_failure(s3_server, bucket: str) -> None:
+    """Found by removing require_free: the store's read retried ENOSPC 4 times and reported
+    'read failed' naming the object, not the full local path. Guard: storage.read_into re-raises it."""
+    store = open_store(f"s3://{bucket}/disk-full")
+    store.put_bytes("weights.bin", b"x" * 4096)
+    sink = _FullDisk()
+    with pytest.raises(OSError) as raised:
+        store.read_into("weights.bin", sink)
+    assert raised.value.errno == errno.ENOSPC and sink.writes == 1
