@@ -267,14 +267,15 @@ def reclaim_context(tmp_path: Path, bucket: str, *, archive_trees: tuple[str, ..
         inputs={"tgz": job / "archive/rl-demo_archive.tgz", "manifest": job / "archive/MANIFEST"},
         outputs={"verify": job / "verify/archive.json"}, settings={"dest": data["archive"]["dest"]},
         config={"policy": {"max_transfer_bytes": 0}}))
-    sentinels = {"model": {"status": "completed", "repo_id": "org/rl-demo", "commit": "a" * 40},
+    sentinels = {"model_upload": {"status": "completed", "repo_id": "org/rl-demo", "commit": "c" * 40},
+                 "model": {"status": "completed", "repo_id": "org/rl-demo", "commit": "a" * 40},
                  "traces": {"status": "completed", "repo_id": "org/rl-demo-traces", "commit": "b" * 40}}
     for name, sentinel in sentinels.items():
         (job / f"verify/{name}.json").write_text(json.dumps(sentinel))
     ctx = StepContext(
         job="rl-demo", record=record, data_root=tmp_path,
-        inputs={"model": job / "verify/model.json", "traces": job / "verify/traces.json",
-                "archive": job / "verify/archive.json", "logs_manifest": tmp_path / "sync/logs.manifest.json",
+        inputs={"model_upload": job / "verify/model_upload.json", "model": job / "verify/model.json",
+                "traces": job / "verify/traces.json", "archive": job / "verify/archive.json", "logs_manifest": tmp_path / "sync/logs.manifest.json",
                 "traces_manifest": tmp_path / "sync/trace_jobs.manifest.json",
                 "archive_manifest": job / "archive/MANIFEST"},
         outputs={"reclaim": job / "reclaim.json"}, settings={"authorized": True})
