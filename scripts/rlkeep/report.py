@@ -414,10 +414,9 @@ def build_status(job_dir: Path, kind: str | None = None, *, record: JobRecord | 
     by_status: dict[str, list[str]] = {"completed": [], "not_applicable": [], "blocked": [], "pending": []}
     for name, info in steps.items():
         by_status.setdefault(info["status"], []).append(name)
-    by_name = {step.name: step for step in STEPS}
     remaining = [
         {"step": name, "status": info["status"], "reason": info.get("reason"), "remaining": info.get("remaining"),
-         "command": continue_command(job_dir.name, by_name[name], invocation)}
+         "command": continue_command(job_dir.name, STEP_BY_NAME[name], invocation)}
         for name, info in steps.items()
         if info["status"] in {"blocked", "pending"}
     ]

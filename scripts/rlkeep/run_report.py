@@ -309,37 +309,30 @@ def panels(rows: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, Any]
         axes.set_ylabel(reward_metric)
         return True
 
-    def entropy(axes) -> bool:
+    def per_step(axes, metrics: Sequence[tuple[str, str | None]], draw_one) -> bool:
+        """Draw each (metric, colour) that has values against the global step; False if none has."""
         drawn = False
-        for metric, colour in (("policy/policy_entropy", "#7b3294"), ("policy/grad_norm", "#c2410c")):
+        for metric, colour in metrics:
             steps, values = _series(rows, metric)
             if steps:
-                axes.plot(steps, values, color=colour, linewidth=1.5, label=metric)
+                draw_one(steps, values, metric, colour)
                 drawn = True
         axes.set_xlabel("global step")
         return drawn
+
+    def entropy(axes) -> bool:
+        return per_step(axes, (("policy/policy_entropy", "#7b3294"), ("policy/grad_norm", "#c2410c")),
+                        lambda s, v, m, c: axes.plot(s, v, color=c, linewidth=1.5, label=m))
 
     def log_ratio(axes) -> bool:
-        drawn = False
         names = sorted({k for row in rows for k in row if "log_ratio" in k or "logprob_diff" in k})
-        for metric in names:
-            steps, values = _series(rows, metric)
-            if steps:
-                axes.plot(steps, [abs(v) for v in values], linewidth=1.2, label=f"|{metric}|")
-                drawn = True
-        axes.set_xlabel("global step")
-        return drawn
+        return per_step(axes, [(name, None) for name in names],
+                        lambda s, v, m, c: axes.plot(s, [abs(x) for x in v], linewidth=1.2, label=f"|{m}|"))
 
     def failures(axes) -> bool:
-        drawn = False
-        for metric, colour in (("generate/num_error_trajectories", "#b91c1c"),
-                               ("generate/num_timeout_trajectories", "#d97706")):
-            steps, values = _series(rows, metric)
-            if steps:
-                axes.bar(steps, values, color=colour, alpha=0.7, label=metric)
-                drawn = True
-        axes.set_xlabel("global step")
-        return drawn
+        return per_step(axes, (("generate/num_error_trajectories", "#b91c1c"),
+                               ("generate/num_timeout_trajectories", "#d97706")),
+                        lambda s, v, m, c: axes.bar(s, v, color=c, alpha=0.7, label=m))
 
     def turns(axes) -> bool:
         counts = Counter(int(n) for n in (_number(t.get("n_episodes")) for t in trials or []) if n is not None)
