@@ -232,8 +232,9 @@ def check_transfer(ctx: StepContext, *, nbytes: int, what: str, source: Region |
 
     The allowance is `--config allow_transfer=<job>` for exactly this job (CONTRACT.md section 6).
     source/dest: where each end is and how that is known (rlkeep.regions); absent means not looked
-    up for this transfer. A region that is unknown is said in the log, never assumed. Returns the evidence for the step's sentinel: the regions compared and their
-    sources, and whether the allowance was used.
+    up for this transfer. A region that is unknown is said in the log, never assumed. Returns the
+    evidence for the step's sentinel: the regions compared and their sources, and whether the
+    allowance was used.
     """
     from rlkeep.regions import Region, compare  # regions -> storage: imported when a transfer is checked
 
