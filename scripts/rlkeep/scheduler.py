@@ -42,7 +42,8 @@ from calendar import timegm
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from rlkeep.errors import SchedulerError
+from rlkeep.errors import BlockedError, RlkeepError, SchedulerError
+from rlkeep.records import load_record
 
 if TYPE_CHECKING:
     from rlkeep.steps import StepContext
@@ -747,8 +748,6 @@ def active_unrecorded(chain: dict[str, Any]) -> list[dict[str, Any]]:
 
 def refuse_while_unrecorded_attempts_run(chain: dict[str, Any], record_file: str) -> None:
     """Checkpoint folders are not read while an attempt the record does not name may write them."""
-    from rlkeep.errors import BlockedError
-
     active = active_unrecorded(chain)
     if active:
         named = ", ".join(f"{entry['id']} ({entry['state']})" for entry in active)
@@ -778,9 +777,6 @@ def _store_log(record: Any, slug: str) -> dict[str, Any]:
 
 def chains_of_other_records(ctx: StepContext) -> dict[str, str]:
     """{job id: job} for every attempt another readable record of this data root names."""
-    from rlkeep.errors import RlkeepError
-    from rlkeep.records import load_record
-
     records_dir = ctx.data_root / str(ctx.config.get("records", "records"))
     claimed: dict[str, str] = {}
     for path in sorted(records_dir.glob("*.yaml")) if records_dir.is_dir() else []:
