@@ -23,7 +23,7 @@ from typing import Any
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 BATCH = re.compile(r"Batch generation complete: (?P<ok>\d+)/(?P<total>\d+) successful, "
                    r"(?P<failed>\d+) failed instances, (?P<masked>\d+) masked")
-BREAKDOWN = re.compile(r"Exception breakdown: (?P<dict>\{[^}]*\})")
+BREAKDOWN = re.compile(r"Exception breakdown: (?P<dict>.*?)\s*$")
 STEP_MARKER = re.compile(r"(?:\bStep (?P<console>\d+):|WANDB_MIRROR\s+kind=train\s+step=(?P<mirror>\d+))")
 COUNTS = ("batches", "instances", "successful", "failed", "masked")
 

@@ -407,14 +407,16 @@ def attempt_timeline(view: RunView) -> list[dict[str, Any]]:
                          + (f"; store log {attempt['store_log']}" if attempt.get("store_log") else ""))
         if attempt.get("error"):
             notes.append(f"error: {attempt['error']}")
+        marks = [mark for mark, on in (("stopped", job_id in stopped), ("dead", bool(why_dead)),
+                                       ("gone", attempt.get("state") == "gone")) if on]
         rows.append({"n": index, "id": job_id, "state": attempt.get("state"), "exit_code": attempt.get("exit_code"),
-                     "notes": notes, "recorded": True,
+                     "notes": notes, "recorded": True, "marks": marks,
                      **{key: attempt.get(key) for key in ("submitted_ms", "started_ms", "finished_ms")}})
     for attempt in chain.get("unrecorded") or []:
         rows.append({"n": None, "id": attempt.get("id"), "state": attempt.get("state"), "exit_code": None,
                      "notes": ["unrecorded: the owner's attempt of this run that the record does not name"
                                + ("; may still write checkpoints" if attempt.get("blocks_checkpoint_reads") else "")],
-                     "recorded": False})
+                     "recorded": False, "marks": ["unrecorded"]})
     if not rows:
         for index, job_id in enumerate(view.status.get("chain") or [], start=1):
             rows.append({"n": index, "id": job_id, "state": "not captured yet", "exit_code": None,

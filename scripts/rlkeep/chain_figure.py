@@ -27,16 +27,8 @@ def _seconds(value: Any) -> float | None:
 
 
 def lane_label(row: Mapping[str, Any]) -> str:
-    marks = []
-    notes = " ".join(row.get("notes") or [])
-    if "stopped by rlkeep" in notes:
-        marks.append("stopped")
-    if notes.startswith("dead") or "; dead" in notes or " dead:" in notes:
-        marks.append("dead")
-    if row.get("state") == "gone":
-        marks.append("gone")
-    if not row.get("recorded", True):
-        marks.append("unrecorded")
+    """`state (marks)`: marks are stopped, dead, gone, unrecorded (campaign.attempt_timeline)."""
+    marks = row.get("marks") or []
     return f"{row.get('state') or 'unknown'}" + (f" ({', '.join(marks)})" if marks else "")
 
 
