@@ -567,7 +567,7 @@ def run_html(view: RunView, job_dir: Path, *, generated_at: str, revision: str, 
         parts.append("<p>No metric plots yet (metric_surface has not run).</p>")
     figures = view.files.get("figures") or []
     if figures:
-        parts.append("<details><summary>Plots made by metric_surface</summary>"
+        parts.append("<details><summary>Plots in metrics/ (metric_surface, generation_stats)</summary>"
                      + "".join(figure_html(job_dir, rel) for rel in figures) + "</details>")
 
     from rlkeep.run_report import html_sections
