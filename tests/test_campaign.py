@@ -233,3 +233,18 @@ def test_run_page_has_vllm_and_batch_error_sections(root: Path, monkeypatch: pyt
     assert "<th scope=\"row\">generation throughput (tokens/s, all engines)</th><td>29</td><td>70</td>" in text
     assert "<th scope=\"row\">failed</th><td>37</td><td>28.9%</td>" in text
     assert 'alt="metrics/vllm.png: vLLM throughput' in text
+
+
+def test_chain_figure_uses_the_schedulers_times_when_it_has_them() -> None:
+    from rlkeep.chain_figure import timeline_panel
+
+    rows = [{"n": 1, "id": "/u/run", "state": "failed", "marks": ["dead"], "recorded": True,
+             "started_ms": 1_700_000_000_000, "finished_ms": 1_700_003_600_000},
+            {"n": 2, "id": "/u/run-r1", "state": "pending", "marks": ["stopped"], "recorded": True,
+             "submitted_ms": 1_700_004_000_000},
+            {"n": None, "id": "/u/run-r9", "state": "running", "marks": ["unrecorded"], "recorded": False}]
+    title, alt, png = timeline_panel(rows)
+    assert png.startswith(b"\x89PNG") and "the chain" in title
+    assert alt == ("The chain of 3 attempts drawn on the scheduler's times: #1 /u/run: failed (dead); "
+                   "#2 /u/run-r1: pending (stopped); unrecorded /u/run-r9: running (unrecorded)")
+    assert timeline_panel([]) is None
