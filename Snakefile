@@ -9,6 +9,7 @@
 #   <job>/checkpoint/candidates.json, selected.json .... rules/checkpoint.smk
 #   <job>/metrics/metrics.csv, report.md, reward.png ... rules/checkpoint.smk (metric_surface: logs)
 #   <job>/metrics/trials.csv, trials.md ............... rules/checkpoint.smk (trial_table: traces)
+#   <job>/metrics/vllm.csv, batch_errors.csv, generation.md, vllm.png  rules/generation.smk (logs)
 #   <job>/model/, <job>/export.json ................... rules/export.smk
 #   <job>/stage/model/, verify/model_upload.json ...... rules/publish.smk (model on the Hub)
 #   <job>/verify/model.json ........................... rules/publish.smk (card links verified traces)
@@ -37,6 +38,7 @@ include: "rules/common.smk"
 include: "rules/capture.smk"
 include: "rules/sync.smk"
 include: "rules/checkpoint.smk"
+include: "rules/generation.smk"
 include: "rules/export.smk"
 include: "rules/publish.smk"
 include: "rules/archive.smk"

@@ -24,6 +24,7 @@ from rlkeep.records import load_record, record_path
 #   metric_surface     logs.tar (trainer logs) + logs.manifest.json (attempt states of dead attempts)
 #                      + candidates.json (marked in report.md and reward.png). Never the trace tarball.
 #   trial_table        trace_jobs.tar only: trials.csv and trials.md, off the model path.
+#   generation_stats   logs.tar only: vLLM utilisation and batch errors for the report, off the model path.
 #   select_checkpoint  candidates.json (complete saves only) + metrics.csv (the rule's metric).
 #   export_model       selected.json + candidates.json (the chosen save's files and format).
 #   stage_model        the verified export, selected.json, the surface files and logs.tar for training_logs/,
@@ -284,4 +285,7 @@ def get_done_inputs(wildcards):
     from rlkeep.report import STEPS
 
     kind = get_kind(wildcards.job)
-    return {step.name: f"{wildcards.job}/{step.evidence}" for step in STEPS if kind.applies(step.name)}
+    inputs = {step.name: f"{wildcards.job}/{step.evidence}" for step in STEPS if kind.applies(step.name)}
+    if kind.applies("metric_surface"):  # report material only (rules/generation.smk), not a runbook step
+        inputs["generation_stats"] = f"{wildcards.job}/metrics/generation.md"
+    return inputs

@@ -187,7 +187,7 @@ def test_run_page_has_the_run_analysis_and_names_a_bad_table(root: Path, monkeyp
 def test_run_page_plots_are_cached_per_job(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     index = build(root, monkeypatch)
     plots = index.parent / ".plots"
-    first = sorted(p.name for p in plots.iterdir())
+    first = sorted(p.name for p in plots.iterdir() if p.is_file())  # .plots/chain/ holds the chain figure
     assert len(first) == 1 and first[0].startswith("rl-done-")
     text = (index.parent / "rl-done.html").read_text()
     assert 'alt="Reward per global step, raw and EMA-smoothed' in text and "data:image/png;base64," in text
@@ -195,5 +195,56 @@ def test_run_page_plots_are_cached_per_job(root: Path, monkeypatch: pytest.Monke
     metrics = root / "rl-done" / "metrics" / "metrics.csv"
     metrics.write_text(metrics.read_text() + "3,rl-done,150,90,0.75\n")
     build(root, monkeypatch)
-    second = sorted(p.name for p in plots.iterdir())
+    second = sorted(p.name for p in plots.iterdir() if p.is_file())
     assert "rl-done-x-0123456789abcdef01234567.json" in second and first[0] not in second and len(second) == 2
+
+
+def test_run_page_draws_the_chain_and_keeps_its_table(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import base64
+    import re
+
+    text = (build(root, monkeypatch).parent / "rl-done.html").read_text()
+    chain = text[text.index("<h2>Chain</h2>"):text.index("<h2>Metrics</h2>")]
+    figure = re.search(r'<img src="data:image/png;base64,([^"]+)" alt="([^"]+)">', chain)
+    assert figure is not None and base64.b64decode(figure[1]).startswith(b"\x89PNG")
+    rows = attempt_timeline(load_run(root, root / "records" / "rl-done.yaml"))
+    alt = figure[2]
+    assert f"The chain of {len(rows)} attempts drawn in chain order (the scheduler reported no times)" in alt
+    for row in rows:  # every lane named in the alt text, and the table still says it in text
+        assert esc(str(row["id"])) in alt and f"<code>{esc(row['id'])}</code>" in chain
+    assert alt.endswith("#1 /demo/rl-done: failed (dead); #2 /demo/rl-done-r1: killed (stopped); "
+                        "unrecorded /demo/rl-done-r9: running (unrecorded)")
+
+
+def test_run_page_has_vllm_and_batch_error_sections(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlkeep.batch_errors import scan_lines as scan_batches
+    from rlkeep.generation_stats import GenerationStats, render
+    from rlkeep.vllm_stats import scan_lines as scan_vllm
+    from tests.test_run_report import BATCH_LOG, VLLM_LOG
+
+    text = (build(root, monkeypatch).parent / "rl-done.html").read_text()
+    assert "Not available: generation_stats has not run" in text
+    stats = GenerationStats()
+    scan_vllm(VLLM_LOG.splitlines(), "a1", stats.vllm)
+    scan_batches(BATCH_LOG.splitlines(), "a1", stats.errors)
+    for name, data in render(stats, job="rl-done").items():
+        (root / "rl-done" / "metrics" / name).write_bytes(data)
+    text = (build(root, monkeypatch).parent / "rl-done.html").read_text()
+    assert "<th scope=\"row\">generation throughput (tokens/s, all engines)</th><td>29</td><td>70</td>" in text
+    assert "<th scope=\"row\">failed</th><td>37</td><td>28.9%</td>" in text
+    assert 'alt="metrics/vllm.png: vLLM throughput' in text
+
+
+def test_chain_figure_uses_the_schedulers_times_when_it_has_them() -> None:
+    from rlkeep.chain_figure import timeline_panel
+
+    rows = [{"n": 1, "id": "/u/run", "state": "failed", "marks": ["dead"], "recorded": True,
+             "started_ms": 1_700_000_000_000, "finished_ms": 1_700_003_600_000},
+            {"n": 2, "id": "/u/run-r1", "state": "pending", "marks": ["stopped"], "recorded": True,
+             "submitted_ms": 1_700_004_000_000},
+            {"n": None, "id": "/u/run-r9", "state": "running", "marks": ["unrecorded"], "recorded": False}]
+    title, alt, png = timeline_panel(rows)
+    assert png.startswith(b"\x89PNG") and "the chain" in title
+    assert alt == ("The chain of 3 attempts drawn on the scheduler's times: #1 /u/run: failed (dead); "
+                   "#2 /u/run-r1: pending (stopped); unrecorded /u/run-r9: running (unrecorded)")
+    assert timeline_panel([]) is None

@@ -3,6 +3,7 @@ the real pipeline: `snakemake campaign/index.html`, and the refresh after a `<jo
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,48 @@ def test_pipeline_refreshes_the_campaign_after_a_run(data_root: Path, bucket: st
     captions = ("Reward per global step", "The metric surface: one row", "Trial analysis: phase durations",
                 "The completion record of the run")  # report/*.rst: present only for report() outputs
     assert all(caption in text for caption in captions), [c for c in captions if c not in text]
+    # --report report.zip: the same report as a folder tree in a zip, with the figures as files
+    zipped = data_root / "report.zip"
+    made = run_snakemake(data_root, "rl-demo/DONE", extra=("--report", str(zipped)))
+    assert made.returncode == 0 and zipped.is_file(), made.stderr[-3000:]
+    with zipfile.ZipFile(zipped) as archive:
+        assert archive.testzip() is None
+        names = archive.namelist()
+        figures = {Path(name).name: archive.read(name) for name in names if name.endswith(".png")}
+        assert any(name.endswith("report.html") for name in names), names
+    for figure in ("reward.png", "vllm.png"):
+        assert figures.get(figure) == (data_root / "rl-demo" / "metrics" / figure).read_bytes(), (figure, names)
+
+
+def test_pipeline_reports_vllm_utilisation_and_batch_errors(data_root: Path, bucket: str, iris) -> None:
+    """generation_stats on the example run's trainer logs: batch errors per attempt and step agree with
+    the trajectories the same steps' metrics count, and vLLM's reports are summed per second."""
+    import csv
+
+    seed_example(data_root, bucket, iris)
+    result = run_snakemake(data_root, "rl-demo/DONE")
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = data_root / "rl-demo" / "metrics"
+    report = (metrics / "generation.md").read_text()
+    assert "## vLLM utilisation" in report and "## Batch errors" in report and "Not available" not in report
+    with (metrics / "batch_errors.csv").open(newline="") as handle:
+        batches = {(row["attempt"], row["step"]): row for row in csv.DictReader(handle)}
+    rows = []
+    for name in ("metrics.csv", "superseded.csv"):
+        with (metrics / name).open(newline="") as handle:
+            rows += list(csv.DictReader(handle))
+    compared = 0
+    for row in rows:
+        batch = batches.get((row["attempt"], row["global_step"]))
+        if batch is None:
+            continue
+        timeouts = int(float(row["generate/num_timeout_trajectories"]))
+        errors = int(float(row["generate/num_error_trajectories"]))
+        assert (int(batch.get("AgentTimeoutError") or 0), int(batch.get("NonZeroAgentExitCodeError") or 0),
+                int(batch["failed"])) == (timeouts, errors, timeouts + errors), (row["attempt"], row["global_step"])
+        compared += 1
+    assert compared >= 40
+    with (metrics / "vllm.csv").open(newline="") as handle:
+        seconds = list(csv.DictReader(handle))
+    assert seconds and all(int(row["engines"]) >= 1 and float(row["generation_tokens_per_s"]) > 0 for row in seconds)
+    assert (metrics / "vllm.png").read_bytes().startswith(b"\x89PNG")

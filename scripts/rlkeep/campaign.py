@@ -13,6 +13,7 @@ import html
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,9 +95,11 @@ def load_run(data_root: Path, record_file: Path, invocation: str = "snakemake --
         "figures": sorted(str(p.relative_to(job_dir)) for p in (job_dir / "metrics").glob("*.png")),
         "local": sorted(str(p.relative_to(job_dir)) for pattern in
                         ("REPORT.md", "STATUS.json", "DONE", "chain.json", "metrics/report.md", "metrics/trials.md",
-                         "metrics/metrics.csv", "archive/MANIFEST") for p in job_dir.glob(pattern) if p.is_file()),
+                         "metrics/generation.md", "metrics/metrics.csv", "archive/MANIFEST")
+                        for p in job_dir.glob(pattern) if p.is_file()),
     }
     files["metric_rows"], files["trial_rows"], files["table_errors"] = _tables(job_dir)
+    files["generation"] = _generation_tables(job_dir, files["table_errors"])
     view = RunView(job=job, overall="unreadable" if record_error else overall_state(status, started),
                    status=status, started=started, record_error=record_error, files=files)
     return view
@@ -126,6 +129,31 @@ def _tables(job_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]] |
     except (ValueError, OSError, csv.Error) as error:
         errors.append(f"{trials_csv}: {error}")
     return rows, trials, errors
+
+
+def _generation_tables(job_dir: Path, errors: list[str]) -> dict[str, Any]:
+    """metrics/vllm.csv and batch_errors.csv rows (None when generation_stats has not run)."""
+    import csv
+
+    from rlkeep.generation_stats import read_tables
+
+    try:
+        return read_tables(job_dir)
+    except (ValueError, OSError, csv.Error) as error:
+        errors.append(f"{job_dir / 'metrics'}: generation tables: {error}")
+        return {"vllm": None, "batch_errors": None}
+
+
+def generation_html(tables: dict[str, Any]) -> str:
+    """The vLLM utilisation and batch errors sections (rlkeep.run_report), or why they are absent."""
+    from rlkeep.run_report import batch_error_sections, render_html, vllm_sections
+
+    vllm, errors = tables.get("vllm"), tables.get("batch_errors")
+    if vllm is None and errors is None:
+        return ("<h3>vLLM utilisation and batch errors</h3><p>Not available: generation_stats has not run "
+                "(metrics/vllm.csv and metrics/batch_errors.csv are absent).</p>")
+    columns = list(errors[0].keys()) if errors else []
+    return render_html(vllm_sections(vllm or []) + batch_error_sections(columns, errors or []))
 
 
 def _read_text(path: Path, limit: int = 1 << 20) -> str | None:
@@ -379,13 +407,16 @@ def attempt_timeline(view: RunView) -> list[dict[str, Any]]:
                          + (f"; store log {attempt['store_log']}" if attempt.get("store_log") else ""))
         if attempt.get("error"):
             notes.append(f"error: {attempt['error']}")
+        marks = [mark for mark, on in (("stopped", job_id in stopped), ("dead", bool(why_dead)),
+                                       ("gone", attempt.get("state") == "gone")) if on]
         rows.append({"n": index, "id": job_id, "state": attempt.get("state"), "exit_code": attempt.get("exit_code"),
-                     "notes": notes, "recorded": True})
+                     "notes": notes, "recorded": True, "marks": marks,
+                     **{key: attempt.get(key) for key in ("submitted_ms", "started_ms", "finished_ms")}})
     for attempt in chain.get("unrecorded") or []:
         rows.append({"n": None, "id": attempt.get("id"), "state": attempt.get("state"), "exit_code": None,
                      "notes": ["unrecorded: the owner's attempt of this run that the record does not name"
                                + ("; may still write checkpoints" if attempt.get("blocks_checkpoint_reads") else "")],
-                     "recorded": False})
+                     "recorded": False, "marks": ["unrecorded"]})
     if not rows:
         for index, job_id in enumerate(view.status.get("chain") or [], start=1):
             rows.append({"n": index, "id": job_id, "state": "not captured yet", "exit_code": None,
@@ -414,21 +445,50 @@ def archive_summary(text: str | None) -> dict[str, Any] | None:
     return {"summary": lines[0] if lines else "", "entries": len(lines) - 1, "kept": kept, "skipped": skipped}
 
 
+FIGURE_ALT = {
+    "reward.png": "the run's metric plot (reward per step with the checkpoint candidates and the selected one)",
+    "vllm.png": "vLLM throughput (tokens/s, summed over engines) and running/waiting requests per second with a "
+                "stat report, or a note that the logs carry none",
+}
+
+
 def figure_html(job_dir: Path, relative: str) -> str:
     path = job_dir / relative
     data = base64.b64encode(path.read_bytes()).decode("ascii")
-    alt = f"{relative}: the run's metric plot (reward per step with the checkpoint candidates and the selected one)" \
-        if path.name == "reward.png" else f"{relative}: a metric plot of the run"
+    alt = FIGURE_ALT.get(path.name, "a metric plot of the run")
+    alt = f"{relative}: {alt}"
     return (f"<figure><img src=\"data:image/png;base64,{data}\" alt=\"{esc(alt)}\">"
             f"<figcaption>{esc(relative)}</figcaption></figure>")
 
 
-def metric_panels(view: RunView, cache_dir: Path | None) -> list[tuple[str, str, str]]:
-    """(title, alt, base64 PNG) of the run's plots (rlkeep.run_report.panels), cached under cache_dir by
-    a digest of what they show, so a rebuild after every invocation redraws only changed runs."""
+def cached_pngs(cache_dir: Path | None, job: str, inputs: Any,
+                make: Callable[[], list[tuple[str, str, bytes]]]) -> list[tuple[str, str, str]]:
+    """[(title, alt, base64 PNG)] from make(), cached under cache_dir by a digest of inputs (what the
+    figures show), so a rebuild after every invocation redraws only changed runs."""
     import hashlib
     import json
 
+    key = hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()[:24]
+    cached = cache_dir / f"{job}-{key}.json" if cache_dir is not None else None
+    if cached is not None and cached.is_file():
+        try:
+            return [tuple(item) for item in read_json(cached)]
+        except (ValueError, OSError):
+            pass
+    made = [(title, alt, base64.b64encode(png).decode("ascii")) for title, alt, png in make()]
+    if cached is not None:
+        from rlkeep.jsonio import write_json
+
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        for old in cached.parent.glob(f"{job}-*.json"):  # this job's older plots (not job "x-y"'s)
+            if re.fullmatch(re.escape(job) + r"-[0-9a-f]{24}\.json", old.name):
+                old.unlink()
+        write_json(cached, made)
+    return made
+
+
+def metric_panels(view: RunView, cache_dir: Path | None) -> list[tuple[str, str, str]]:
+    """(title, alt, base64 PNG) of the run's plots (rlkeep.run_report.panels)."""
     from rlkeep.run_report import panels
 
     rows = view.files.get("metric_rows") or []
@@ -438,25 +498,21 @@ def metric_panels(view: RunView, cache_dir: Path | None) -> list[tuple[str, str,
     candidates = [int(c["step"]) for c in (view.files.get("candidates") or {}).get("candidates") or []
                   if isinstance(c, dict) and c.get("complete", True) and isinstance(c.get("step"), int)]
     selected = (view.files.get("selected") or {}).get("step")
-    key = hashlib.sha256(json.dumps([rows, trials, candidates, selected, 1], sort_keys=True, default=str)
-                         .encode()).hexdigest()[:24]
-    cached = cache_dir / f"{view.job}-{key}.json" if cache_dir is not None else None
-    if cached is not None and cached.is_file():
-        try:
-            return [tuple(item) for item in read_json(cached)]
-        except (ValueError, OSError):
-            pass
-    made = [(title, alt, base64.b64encode(png).decode("ascii"))
-            for title, alt, png in panels(rows, trials, candidates=candidates, selected_step=selected)]
-    if cached is not None:
-        from rlkeep.jsonio import write_json
+    return cached_pngs(cache_dir, view.job, [rows, trials, candidates, selected, 1],
+                       lambda: panels(rows, trials, candidates=candidates, selected_step=selected))
 
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        for old in cached.parent.glob(f"{view.job}-*.json"):  # this job's older plots (not job "x-y"'s)
-            if re.fullmatch(re.escape(view.job) + r"-[0-9a-f]{24}\.json", old.name):
-                old.unlink()
-        write_json(cached, made)
-    return made
+
+def chain_figure(view: RunView, timeline: list[dict[str, Any]], cache_dir: Path | None
+                 ) -> tuple[str, str, str] | None:
+    """(title, alt, base64 PNG) of the chain drawn as a timeline (rlkeep.chain_figure); the table
+    below it says the same in text."""
+    from rlkeep.chain_figure import timeline_panel
+
+    if not timeline:
+        return None
+    made = cached_pngs(cache_dir / "chain" if cache_dir is not None else None, view.job, [timeline, 1],
+                       lambda: [panel for panel in [timeline_panel(timeline)] if panel is not None])
+    return made[0] if made else None
 
 
 def run_html(view: RunView, job_dir: Path, *, generated_at: str, revision: str, endpoint: str | None = None,
@@ -492,6 +548,10 @@ def run_html(view: RunView, job_dir: Path, *, generated_at: str, revision: str, 
 
     timeline = attempt_timeline(view)
     parts.append("<h2>Chain</h2>")
+    drawn = chain_figure(view, timeline, cache_dir)
+    if drawn:
+        parts.append(f"<figure><img src=\"data:image/png;base64,{drawn[2]}\" alt=\"{esc(drawn[1])}\">"
+                     f"<figcaption>{esc(drawn[0])}</figcaption></figure>")
     parts.append(_table("The chain as a timeline: each attempt in order, its scheduler state, and whether it "
                         "was stopped, dead, gone or unrecorded", ["#", "attempt", "state", "exit code", "notes"],
                         [[esc(row["n"] if row["n"] is not None else "unrecorded"), f"<code>{esc(row['id'])}</code>",
@@ -507,13 +567,14 @@ def run_html(view: RunView, job_dir: Path, *, generated_at: str, revision: str, 
         parts.append("<p>No metric plots yet (metric_surface has not run).</p>")
     figures = view.files.get("figures") or []
     if figures:
-        parts.append("<details><summary>Plots made by metric_surface</summary>"
+        parts.append("<details><summary>Plots in metrics/ (metric_surface, generation_stats)</summary>"
                      + "".join(figure_html(job_dir, rel) for rel in figures) + "</details>")
 
     from rlkeep.run_report import html_sections
 
     parts += [f"<p class=\"reason\">Not read: {esc(error)}</p>" for error in view.files.get("table_errors") or []]
     parts.append(html_sections(view.files.get("metric_rows") or [], view.files.get("trial_rows")))
+    parts.append(generation_html(view.files.get("generation") or {}))
 
     parts.append("<h2>Checkpoint</h2>")
     candidates = (view.files.get("candidates") or {}).get("candidates") or []

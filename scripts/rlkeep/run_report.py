@@ -9,8 +9,8 @@ import html
 import math
 import statistics
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Optional
 
 # Spans SkyRL times inside one training step (timing/<name>), in the order they run; the first two
 # may overlap when generation is asynchronous, which `overlap` reports.
@@ -215,10 +215,69 @@ def sections(rows: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, An
     return out
 
 
-def markdown(rows: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, Any]] | None,
-             parts: Sequence[str] = ALL_PARTS) -> str:
+Section = tuple[str, list[str], Optional[list[list[str]]], str]
+
+
+def vllm_sections(per_second: Sequence[Mapping[str, Any]], *, untimed_lines: int = 0,
+                  repeated_reports: int = 0) -> list[Section]:
+    """vLLM utilisation: mean and peak per second (summed over engines; cache figures averaged)."""
+    from rlkeep.vllm_stats import AVERAGED, SUMMED, summary
+
+    title = "vLLM utilisation"
+    if not per_second:
+        why = "the trainer logs carry no vLLM stat line (`Avg prompt throughput: ... tokens/s, ...`)"
+        if untimed_lines:
+            why += f"; {untimed_lines} stat lines had no vLLM time field and cannot be placed per second"
+        return [(title, [], None, why)]
+    stats = summary(per_second)
+    labels = {"engines": "engines reporting", "prompt_tokens_per_s": "prompt throughput (tokens/s, all engines)",
+              "generation_tokens_per_s": "generation throughput (tokens/s, all engines)",
+              "running_reqs": "running requests (all engines)", "waiting_reqs": "waiting requests (all engines)",
+              "kv_cache_usage_pct": "GPU KV cache usage (%, mean of engines)",
+              "prefix_cache_hit_rate_pct": "prefix cache hit rate (%, mean of engines)"}
+    table = [[labels[name], _fmt(stats[name]["mean"]), _fmt(stats[name]["max"]), str(stats[name]["seconds"])]
+             for name in ("engines", *SUMMED, *AVERAGED) if stats[name]["seconds"]]
+    absent = [labels[name] for name in (*SUMMED, *AVERAGED) if not stats[name]["seconds"]]
+    note = (f"{len(per_second)} seconds with a report, from vLLM's stat lines in the trainer logs; per second the "
+            "engines' last reports are summed (throughput, requests) or averaged (cache)")
+    if absent:
+        note += "; not logged by this vLLM version: " + ", ".join(absent)
+    if repeated_reports:
+        note += (f"; {repeated_reports} engine reports were folded by Ray into `[repeated Nx across cluster]` "
+                 "without their numbers and are not counted")
+    if untimed_lines:
+        note += f"; {untimed_lines} stat lines without a time field are left out"
+    return [(title, ["per second", "mean", "max", "seconds"], table, note)]
+
+
+def batch_error_sections(columns: Sequence[str], table: Sequence[Mapping[str, Any]], *,
+                         unreadable_breakdowns: int = 0) -> list[Section]:
+    """Batch errors per step (attempt, batches, instances, failed, masked, each exception type) and totals."""
+    from rlkeep.batch_errors import totals
+
+    title = "Batch errors"
+    if not table:
+        return [(title, [], None, "the trainer logs carry no `Batch generation complete: S/T successful, "
+                 "F failed instances, M masked` line (SkyRL's Harbor generator prints one per batch)")]
+    counts = [name for name in columns if name not in ("attempt", "step")]
+    per_step = [[_fmt(row.get("step")) if row.get("step") not in (None, "") else "after the last logged step",
+                 str(row.get("attempt")), *(_fmt(row.get(name)) for name in counts)] for row in table]
+    summed = totals(table, columns)
+    instances = summed.get("instances") or 0
+    facts = [[name, str(value), _pct(value / instances) if instances and name != "batches" else ""]
+             for name, value in summed.items()]
+    note = ("each step's generation batches (they precede the step's metrics in the log); exception columns "
+            "count `Exception breakdown` entries")
+    if unreadable_breakdowns:
+        note += f"; {unreadable_breakdowns} `Exception breakdown` lines did not parse and are not counted"
+    return [(title, ["step", "attempt", *counts], per_step, note),
+            ("Batch errors, totals", ["count", "total", "share of instances"], facts,
+             f"over {summed.get('batches', 0)} batches in {len(table)} steps")]
+
+
+def render_markdown(parts: Sequence[Section]) -> str:
     lines: list[str] = []
-    for title, headers, table, note in sections(rows, trials, parts):
+    for title, headers, table, note in parts:
         lines += [f"## {title}", ""]
         if table is None:
             lines += [f"Not available: {note}.", ""]
@@ -229,20 +288,29 @@ def markdown(rows: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, An
     return "\n".join(lines)
 
 
-def html_sections(rows: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, Any]] | None) -> str:
+def render_html(parts: Sequence[Section]) -> str:
     esc = html.escape
-    parts = []
-    for title, headers, table, note in sections(rows, trials):
-        parts.append(f"<h3>{esc(title)}</h3>")
+    out = []
+    for title, headers, table, note in parts:
+        out.append(f"<h3>{esc(title)}</h3>")
         if table is None:
-            parts.append(f"<p>Not available: {esc(note)}.</p>")
+            out.append(f"<p>Not available: {esc(note)}.</p>")
             continue
         head = "".join(f"<th scope=\"col\">{esc(h)}</th>" for h in headers)
         body = "".join("<tr><th scope=\"row\">" + esc(row[0]) + "</th>" + "".join(f"<td>{esc(c)}</td>" for c in row[1:])
                        + "</tr>" for row in table)
-        parts.append(f"<table><caption>{esc(title)}: {esc(note)}</caption><thead><tr>{head}</tr></thead>"
-                     f"<tbody>{body}</tbody></table>")
-    return "".join(parts)
+        out.append(f"<table><caption>{esc(title)}: {esc(note)}</caption><thead><tr>{head}</tr></thead>"
+                   f"<tbody>{body}</tbody></table>")
+    return "".join(out)
+
+
+def markdown(rows: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, Any]] | None,
+             parts: Sequence[str] = ALL_PARTS) -> str:
+    return render_markdown(sections(rows, trials, parts))
+
+
+def html_sections(rows: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, Any]] | None) -> str:
+    return render_html(sections(rows, trials))
 
 
 # --------------------------------------------------------------------------- plots
@@ -264,11 +332,9 @@ def _ema(values: Sequence[float], alpha: float = 1 / 3) -> list[float]:
     return out
 
 
-def panels(rows: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, Any]] | None, *,
-           candidates: Sequence[int] = (), selected_step: int | None = None) -> list[tuple[str, str, bytes]]:
-    """(title, alt text, PNG) for each plot whose data exists: reward raw and smoothed with the
-    checkpoints and the selected one; entropy and grad norm; |log ratio| mean/p99/max; failed
-    trajectories per step; the trials' turn-count distribution."""
+def render_panel(draw: Callable[[Any], bool], title: str, alt: str, *, height: float = 3.2
+                 ) -> tuple[str, str, bytes] | None:
+    """(title, alt, PNG) of one matplotlib panel; None when draw(axes) says it had nothing to draw."""
     import io
 
     import matplotlib
@@ -276,22 +342,75 @@ def panels(rows: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, Any]
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    def render(draw, title: str, alt: str) -> tuple[str, str, bytes] | None:
-        figure, axes = pyplot.subplots(figsize=(7, 3.2), dpi=90)
-        try:
-            if not draw(axes):
-                return None
-            axes.set_title(title, fontsize=10)
-            axes.grid(alpha=0.3)
-            if axes.get_legend_handles_labels()[0]:
-                axes.legend(fontsize=7, loc="best")
-            figure.tight_layout()
-            buffer = io.BytesIO()
-            figure.savefig(buffer, format="png", metadata={"Software": None})
-            return title, alt, buffer.getvalue()
-        finally:
-            pyplot.close(figure)
+    figure, axes = pyplot.subplots(figsize=(7, height), dpi=90)
+    try:
+        if not draw(axes):
+            return None
+        axes.set_title(title, fontsize=10)
+        axes.grid(alpha=0.3)
+        if axes.get_legend_handles_labels()[0]:
+            axes.legend(fontsize=7, loc="best")
+        figure.tight_layout()
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", metadata={"Software": None})
+        return title, alt, buffer.getvalue()
+    finally:
+        pyplot.close(figure)
 
+
+def vllm_panel(per_second: Sequence[Mapping[str, Any]]) -> tuple[str, str, bytes] | None:
+    """Generation and prompt throughput summed over engines per second (left axis) and the running and
+    waiting requests (right axis), one point per second with a report, in log order; None without data."""
+    def draw(axes) -> bool:
+        if not per_second:
+            return False
+        index = list(range(len(per_second)))
+        for name, colour in (("generation_tokens_per_s", "#1f4e8c"), ("prompt_tokens_per_s", "#9db4d0")):
+            points = [(i, _number(row.get(name))) for i, row in zip(index, per_second)]
+            points = [(i, v) for i, v in points if v is not None]
+            if points:
+                axes.plot([p[0] for p in points], [p[1] for p in points], color=colour, linewidth=1.2,
+                          marker=".", label=f"{name.replace('_', ' ')} (all engines)")
+        axes.set_ylabel("tokens/s")
+        requests = axes.twinx()
+        for name, colour in (("running_reqs", "#1b7f2a"), ("waiting_reqs", "#b91c1c")):
+            points = [(i, _number(row.get(name))) for i, row in zip(index, per_second)]
+            points = [(i, v) for i, v in points if v is not None]
+            if points:
+                requests.step([p[0] for p in points], [p[1] for p in points], where="mid", color=colour,
+                              linewidth=1, label=name.replace("_", " "))
+        requests.set_ylabel("requests")
+        if requests.get_legend_handles_labels()[0]:
+            requests.legend(fontsize=7, loc="lower right")
+        ticks = index[:: max(1, len(index) // 6)]
+        axes.set_xticks(ticks, [f"{per_second[i].get('attempt')}\n{per_second[i].get('time')}" for i in ticks],
+                        fontsize=6)
+        axes.set_xlabel("second with a vLLM report (attempt, MM-DD hh:mm:ss)")
+        return True
+
+    return render_panel(draw, "vLLM utilisation per second, summed over engines",
+                        "vLLM throughput in tokens per second (generation and prompt, summed over engines) and the "
+                        "running and waiting requests, for each second with a stat report, in log order")
+
+
+def placeholder_png(text: str) -> bytes:
+    """A small PNG that states why there is no plot (a declared output must exist)."""
+    def draw(axes) -> bool:
+        axes.axis("off")
+        axes.text(0.5, 0.5, text, ha="center", va="center", wrap=True, fontsize=10)
+        return True
+
+    made = render_panel(draw, "", text, height=1.2)
+    assert made is not None
+    return made[2]
+
+
+def panels(rows: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, Any]] | None, *,
+           candidates: Sequence[int] = (), selected_step: int | None = None) -> list[tuple[str, str, bytes]]:
+    """(title, alt text, PNG) for each plot whose data exists: reward raw and smoothed with the
+    checkpoints and the selected one; entropy and grad norm; |log ratio| mean/p99/max; failed
+    trajectories per step; the trials' turn-count distribution."""
+    render = render_panel
     reward_metric = next((m for m in ("reward/avg_raw_reward", "reward/mean_positive_reward")
                           if _series(rows, m)[0]), None)
 

@@ -114,6 +114,42 @@ def run_baseline(tar_path: Path, out: Path) -> dict:
     return {"rows": len(all_rows), "trials": trials, "shards": 1}
 
 
+# ------------------------------------------------------------------------------ Harbor, when it can run
+
+HARBOR_MIN_PYTHON = (3, 12)  # Harbor 0.26 (`harbor traces export`) requires Python >= 3.12
+
+
+def python_for_harbor() -> str | None:
+    """An interpreter that can run Harbor: on PATH, or under pyenv's versions folder."""
+    import glob
+
+    candidates = [shutil.which(f"python3.{minor}") for minor in range(HARBOR_MIN_PYTHON[1], 20)]
+    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    candidates += sorted(glob.glob(os.path.join(root, "versions", "3.*", "bin", "python3")))
+    for candidate in candidates:
+        if not candidate:
+            continue
+        probe = subprocess.run([candidate, "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True,
+                               text=True, check=False)
+        if probe.returncode == 0 and tuple(map(int, probe.stdout.split())) >= HARBOR_MIN_PYTHON:
+            return candidate
+    return None
+
+
+def harbor_comparison() -> dict:
+    """The side-by-side run against Harbor's own exporter is not part of this bench: say why, and
+    whether an interpreter that could run it is on the machine."""
+    interpreter = python_for_harbor()
+    if interpreter is None:
+        return {"harbor_compared": False,
+                "harbor_skipped": f"Harbor 0.26 needs Python >= {'.'.join(map(str, HARBOR_MIN_PYTHON))} "
+                                  "and none is on this machine (PATH or pyenv)"}
+    return {"harbor_compared": False, "harbor_python": interpreter,
+            "harbor_skipped": "a Python that can run Harbor is present, but this bench does not install Harbor "
+                              "(its own environment, never .venv) nor run `harbor traces export`; the comparison is "
+                              "the baseline above"}
+
+
 # ------------------------------------------------------------------------------ parent side
 
 def measure(kind: str, tar_path: Path, workdir: Path) -> dict:
@@ -170,6 +206,8 @@ def main() -> None:
     figures["rows_match_baseline"] = baseline["rows"] == results[baseline_size]["rows"]
     figures["target_met"] = bool(figures["rows_match_baseline"]
                                  and all(r["peak_rss_mb"] < MEMORY_LIMIT_MB for r in results.values()))
+    figures.update(harbor_comparison())
+    print(f"harbor: {figures['harbor_skipped']}", file=sys.stderr)
     print(json.dumps(figures))
 
 

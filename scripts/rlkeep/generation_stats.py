@@ -1,0 +1,128 @@
+"""`<job>/metrics/` generation files from the raw trainer lines in logs.tar (rule generation_stats):
+vLLM utilisation per second (vllm.csv, vllm.png) and batch errors per step (batch_errors.csv), with
+their report sections (generation.md). Lines the metric surface does not carry, read in one streaming
+pass per attempt; a line that matches neither format is ignored, so nothing here blocks a run on
+content (an unreadable tar does, naming it).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import tarfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlkeep import batch_errors, run_report, vllm_stats
+from rlkeep.errors import RlkeepError
+from rlkeep.jsonio import atomic_write_bytes
+
+FILES = ("vllm.csv", "batch_errors.csv", "generation.md", "vllm.png")
+# Substrings of every line the two parsers read (stat lines, batch lines, step markers).
+WANTED = ("throughput", "Prefix cache hit rate", "Batch generation", "Exception breakdown", "Step ", "WANDB_MIRROR")
+
+
+class GenerationStatsError(RlkeepError):
+    pass
+
+
+@dataclass
+class GenerationStats:
+    vllm: vllm_stats.VllmStats = field(default_factory=vllm_stats.VllmStats)
+    errors: batch_errors.BatchErrors = field(default_factory=batch_errors.BatchErrors)
+    missing: list[str] = field(default_factory=list)  # attempts without a trainer log in the tar
+
+
+def _member_lines(tar: tarfile.TarFile, name: str) -> Iterator[str] | None:
+    try:
+        handle = tar.extractfile(tar.getmember(name))
+    except KeyError:
+        return None
+    if handle is None:
+        return None
+    return iter(io.TextIOWrapper(handle, encoding="utf-8", errors="replace", newline=None))
+
+
+def scan_logs_tar(tar_path: Path, attempts: Sequence[str]) -> GenerationStats:
+    """Each attempt's `attempts/<slug>/trainer.log` in chain order, line by line (bounded memory)."""
+    stats = GenerationStats()
+    try:
+        with tarfile.open(tar_path, "r:") as tar:
+            for slug in attempts:
+                lines = _member_lines(tar, f"attempts/{slug}/trainer.log")
+                if lines is None:
+                    stats.missing.append(slug)
+                    continue
+                # Only the few lines either parser looks at are kept, so a large log is never held.
+                wanted = [line for line in lines if any(key in line for key in WANTED)]
+                vllm_stats.scan_lines(wanted, slug, stats.vllm)
+                batch_errors.scan_lines(wanted, slug, stats.errors)
+    except (tarfile.TarError, OSError) as error:
+        raise GenerationStatsError(f"{tar_path}: cannot read the logs tar ({error}); rerun sync_logs") from error
+    return stats
+
+
+def csv_bytes(columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> bytes:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow(["" if row.get(name) is None else (f"{row[name]:.6g}" if isinstance(row[name], float)
+                                                          else row[name]) for name in columns])
+    return buffer.getvalue().encode("utf-8")
+
+
+def sections(stats: GenerationStats) -> list[run_report.Section]:
+    columns, table = batch_errors.rows(stats.errors)
+    return (run_report.vllm_sections(vllm_stats.per_second(stats.vllm), untimed_lines=stats.vllm.untimed_lines,
+                                     repeated_reports=stats.vllm.repeated_reports)
+            + run_report.batch_error_sections(columns, table,
+                                              unreadable_breakdowns=stats.errors.unreadable_breakdowns))
+
+
+def render(stats: GenerationStats, *, job: str | None = None) -> dict[str, bytes]:
+    """FILES from the scanned logs, in memory."""
+    per_second = vllm_stats.per_second(stats.vllm)
+    columns, table = batch_errors.rows(stats.errors)
+    lines = [f"# Generation: vLLM utilisation and batch errors{f' ({job})' if job else ''}", "",
+             "From the raw trainer lines in logs.tar (each attempt's trainer.log, chain order).", ""]
+    if stats.missing:
+        lines += [f"Attempts without a trainer log in logs.tar (not read): {', '.join(stats.missing)}.", ""]
+    panel = run_report.vllm_panel(per_second)
+    png = panel[2] if panel else run_report.placeholder_png("No vLLM stat lines in the trainer logs")
+    return {
+        "vllm.csv": csv_bytes(vllm_stats.CSV_COLUMNS, per_second),
+        "batch_errors.csv": csv_bytes(columns, table),
+        "generation.md": ("\n".join(lines) + "\n" + run_report.render_markdown(sections(stats))).encode("utf-8"),
+        "vllm.png": png,
+    }
+
+
+def generation_stats_step(ctx: Any) -> None:
+    """The rule's outputs (FILES, each declared by its own name) from ctx.inputs["logs"]."""
+    stats = scan_logs_tar(ctx.inputs["logs"], ctx.record.attempts)
+    rendered = render(stats, job=ctx.job)
+    by_name = {path.name: path for path in ctx.outputs.values()}
+    unknown = sorted(set(by_name) - set(FILES))
+    if unknown or len(by_name) != len(ctx.outputs):
+        raise GenerationStatsError(f"outputs {sorted(map(str, ctx.outputs.values()))} are not {', '.join(FILES)}")
+    for name, path in by_name.items():
+        atomic_write_bytes(path, rendered[name])
+    per_second = vllm_stats.per_second(stats.vllm)
+    print(f"vLLM: {len(stats.vllm.samples)} engine reports in {len(per_second)} seconds; batch errors: "
+          f"{sum(s.batches for s in stats.errors.steps)} batches in {len(stats.errors.steps)} steps"
+          + (f"; attempts without a trainer log: {', '.join(stats.missing)}" if stats.missing else ""))
+
+
+def read_tables(job_dir: Path) -> dict[str, list[dict[str, str]] | None]:
+    """metrics/vllm.csv and metrics/batch_errors.csv as rows (None when not made yet), for the campaign."""
+    out: dict[str, list[dict[str, str]] | None] = {}
+    for name in ("vllm", "batch_errors"):
+        path = job_dir / "metrics" / f"{name}.csv"
+        if not path.is_file():
+            out[name] = None
+            continue
+        with path.open(newline="", encoding="utf-8") as handle:
+            out[name] = list(csv.DictReader(handle))
+    return out
