@@ -145,7 +145,11 @@ def test_slowdown_past_the_bound_stops_with_a_clear_message(tmp_path: Path, buck
         with pytest.raises(StoreError) as raised:
             upload_archive(tgz, manifest, dest, JOB)
         took = time.monotonic() - started
+        injected = sum(1 for *_, outcome in proxy.timeline if outcome == "slowdown")
+    figures_log.record("store_faults", rate="SlowDown past the bound", requests=injected,
+                       injected={"slowdown": injected}, lost=0)
     message = str(raised.value)
+    assert injected == 2  # one answer waited out, the next would pass the bound
     assert f"{dest}/{JOB}/{tgz.name}: upload" in message, message
     assert "asks to wait 2 s more" in message and "past the 3 s allowed (RLKEEP_STORE_SLOWDOWN_WAIT)" in message, message
     assert 1.9 <= took < 8, took  # one wait of 2 s was honoured, the next would pass the bound
