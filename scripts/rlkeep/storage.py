@@ -380,8 +380,8 @@ def _slowdown_retry(response: object = None, attempts: int = 0, request_dict: di
         return None
     context = request_dict.setdefault("context", {})
     waited = float(context.get("rlkeep_throttle_waited", 0.0))
-    pause = throttle_pause(waited=waited, attempt=attempts, retry_after=retry_after_seconds(http.headers.get("Retry-After")),
-                           what=f"HTTP {http.status_code} {code}".strip())
+    pause = throttle_pause(waited=waited, attempt=attempts, what=f"HTTP {http.status_code} {code}".strip(),
+                           retry_after=retry_after_seconds(http.headers.get("Retry-After")))
     context["rlkeep_throttle_waited"] = waited + pause
     log.warning("store: HTTP %s %s, retrying in %.1f s", http.status_code, code, pause)
     return pause
@@ -528,7 +528,7 @@ class S3Store:
         """
         full = self._full(key)
         what = f"{self.url}/{key}"
-        attempt, throttled_wait = 0, 0.0
+        attempt, throttles, throttled_wait = 0, 0, 0.0
         while attempt < READ_ATTEMPTS:
             start = sink.tell()
             try:
@@ -554,7 +554,8 @@ class S3Store:
                     raise StoreError(f"{what}: {clock}") from None
                 if isinstance(error, HttpStatusError) and is_throttle(error.status, error.code):
                     # SlowDown: not a failed attempt; wait as the store asks, within the bound
-                    pause = throttle_pause(waited=throttled_wait, attempt=attempt + 1, what=f"{what}: read",
+                    throttles += 1
+                    pause = throttle_pause(waited=throttled_wait, attempt=throttles, what=f"{what}: read",
                                            retry_after=retry_after_seconds(error.headers.get("Retry-After")))
                     throttled_wait += pause
                     time.sleep(pause)
@@ -646,7 +647,8 @@ class S3Store:
         while True:
             page = self._call(f"{self.url}/{key}: listing unfinished multipart uploads",
                               lambda: s3_client().list_multipart_uploads(**kwargs))
-            ids += [upload["UploadId"] for upload in page.get("Uploads", []) if upload.get("Key") == full]  # type: ignore[union-attr]
+            uploads = page.get("Uploads", [])  # type: ignore[union-attr]
+            ids += [upload["UploadId"] for upload in uploads if upload.get("Key") == full]
             if not page.get("IsTruncated"):  # type: ignore[union-attr]
                 return ids
             kwargs["KeyMarker"] = page["NextKeyMarker"]  # type: ignore[index]
