@@ -175,12 +175,19 @@ def is_authorized(key, job):
 ##### inputs that depend on what the record asks for #####
 
 
+# A staged tree is a directory: Snakemake cannot compare its checksum, only its time. A machine whose
+# clock runs ahead (a SLURM node, a login node) dates it after the verify sentinel of a finished
+# upload, and the upload would run again. Its time is ignored (ancient); a staging step that runs in
+# the same invocation still reruns what consumes it (tests/reliability/test_load_faults.py).
+
+
 def get_publish_model_inputs(wildcards):
     """Publishing needs the staged tree only when the record names destinations; never the traces
     (the staged card's trace link is pending until link_model_card)."""
     if get_record(wildcards.job).publish is None:
         return {"chain": f"{wildcards.job}/chain.json"}
-    return {"stage": f"{wildcards.job}/stage/model", "redaction": f"{wildcards.job}/stage/model.redaction.json"}
+    return {"stage": ancient(f"{wildcards.job}/stage/model"),
+            "redaction": f"{wildcards.job}/stage/model.redaction.json"}
 
 
 def get_link_model_card_inputs(wildcards):
@@ -192,7 +199,7 @@ def get_link_model_card_inputs(wildcards):
     inputs = {"upload": f"{job}/verify/model_upload.json"}
     if publish is None:
         return inputs
-    inputs["stage"] = f"{job}/stage/model"
+    inputs["stage"] = ancient(f"{job}/stage/model")
     if publish.get("traces"):
         inputs["traces"] = f"{job}/verify/traces.json"
     return inputs
@@ -201,7 +208,7 @@ def get_link_model_card_inputs(wildcards):
 def get_publish_traces_inputs(wildcards):
     if get_record(wildcards.job).publish is None:
         return {"chain": f"{wildcards.job}/chain.json"}
-    return {"stage": f"{wildcards.job}/stage/traces"}
+    return {"stage": ancient(f"{wildcards.job}/stage/traces")}
 
 
 ##### inputs that depend on the run's kind (rlkeep.kinds: the runbook's per-run-type maps) #####

@@ -40,6 +40,8 @@ DEFAULT_LARGE_THRESHOLD = 10 << 20  # raw terminal recordings above this are ski
 MANIFEST_MEMBER = "MANIFEST"
 TREE_NAMES = ("logs", "trace_jobs", "eval_jobs", "rlkeep")  # eval_jobs: eval runs (rlkeep.kinds)
 GZIP_LEVEL = 6  # level 9 costs ~3x the CPU for a few percent on text-heavy trees
+CONSISTENCY_WAIT_ENV = "RLKEEP_STORE_CONSISTENCY_WAIT"
+DEFAULT_CONSISTENCY_WAIT = 30.0  # seconds a fresh upload may take to show in listings and reads
 
 WEIGHT_PATTERNS = ("*.safetensors", "*.pt", "*.pth", "*.bin", "*.ckpt", "*.distcp", "*.gguf")
 CACHE_PARTS = frozenset({
@@ -557,16 +559,76 @@ class _DiscardSink:
         return self.position
 
 
-def _remote_size(store: Store, key: str) -> int | None:
-    if isinstance(store, S3Store):
-        from rlkeep.storage import ObjectMissing
+def _remote_problem(store: Store, key: str, local_size: int, local_sha: str) -> tuple[str | None, int, str]:
+    """(what is wrong with the remote copy of `key`, or None; its size; its sha256).
 
-        try:
-            return store.head(key).size
-        except ObjectMissing:
-            return None
+    The object must be in a listing of its folder with the local size (what anyone browsing the
+    destination sees), answer a HEAD with that size (S3), and a fresh full read must give the
+    local sha256: three views a store with list-after-write lag may not agree on yet.
+    """
+    from rlkeep.storage import ObjectMissing
+
     parent = key.rsplit("/", 1)[0] if "/" in key else ""
-    return next((info.size for info in store.list(parent) if info.key == key), None)
+    listed = next((info.size for info in store.list(parent) if info.key == key), None)
+    if listed is None:
+        return "not in the listing of its folder", -1, ""
+    if listed != local_size:
+        return f"listed with {listed} bytes, the local file has {local_size}", listed, ""
+    if isinstance(store, S3Store):
+        try:
+            headed = store.head(key).size
+        except ObjectMissing:
+            return "listed, but a HEAD answers no such object", listed, ""
+        if headed != local_size:
+            return f"a HEAD gives {headed} bytes, the local file has {local_size}", headed, ""
+    try:
+        read_size, remote_sha = store.read_into(key, _DiscardSink())  # type: ignore[arg-type]
+    except ObjectMissing:
+        return "listed, but a read answers no such object", listed, ""
+    if read_size != local_size or remote_sha != local_sha:
+        return (f"a fresh read gave {read_size} bytes with sha256 {remote_sha}, the local file has {local_size} bytes "
+                f"with sha256 {local_sha}"), read_size, remote_sha
+    return None, read_size, remote_sha
+
+
+def consistency_bound() -> float:
+    """Seconds verification waits for a store to show an upload it just took (RLKEEP_STORE_CONSISTENCY_WAIT)."""
+    text = os.environ.get(CONSISTENCY_WAIT_ENV, "").strip()
+    try:
+        value = float(text) if text else DEFAULT_CONSISTENCY_WAIT
+    except ValueError:
+        raise RlkeepError(f"{CONSISTENCY_WAIT_ENV}={text!r}: expected a number of seconds") from None
+    if value < 0:
+        raise RlkeepError(f"{CONSISTENCY_WAIT_ENV}={text!r}: expected a number of seconds >= 0")
+    return value
+
+
+def verified_remote_copy(store: Store, url: str, path: Path) -> dict[str, Any]:
+    """Hold the remote `url` (key path.name of store) to the local file, re-checking while a store
+    with list-after-write lag catches up (bounded); raise RlkeepError naming what still differs."""
+    import time
+
+    local_size, local_sha = path.stat().st_size, sha256_file(path)
+    bound = consistency_bound()
+    started = time.monotonic()
+    pause, checks = 0.25, 0
+    while True:
+        checks += 1
+        problem, size, sha = _remote_problem(store, path.name, local_size, local_sha)
+        if problem is None:
+            if checks > 1:
+                log.info("%s: the store showed the upload after %d checks (%.1f s)", url, checks,
+                         time.monotonic() - started)
+            return {"url": url, "key": path.name, "size": size, "sha256": sha}
+        waited = time.monotonic() - started
+        if waited + pause > bound:
+            raise RlkeepError(f"{url}: {problem} (local {path}); still so after {checks} checks over {waited:.1f} s, "
+                              f"the {bound:g} s allowed for the store to show an upload ({CONSISTENCY_WAIT_ENV}); "
+                              "the archive upload is not verified")
+        log.info("%s: %s; checking again in %.2f s (the store may not show a fresh upload everywhere yet)",
+                 url, problem, pause)
+        time.sleep(pause)
+        pause = min(pause * 2, 5.0)
 
 
 def _archive_base(dest_url: str, job: str, paths: tuple[Path, ...]) -> str:
@@ -591,29 +653,16 @@ def upload_archive(tgz: Path, manifest: Path, dest_url: str, job: str) -> dict[s
 def verify_uploaded_archive(tgz: Path, manifest: Path, dest_url: str, job: str) -> dict[str, Any]:
     """Hold `<dest>/<job>/<tgz name>` and `<dest>/<job>/<manifest name>` to the local files.
 
-    Size from a HEAD (or the listing), sha256 from a fresh full read of the remote object;
-    an ETag is never taken as a content hash. Any difference raises RlkeepError.
+    Size from the listing and a HEAD, sha256 from a fresh full read of the remote object; an
+    ETag is never taken as a content hash. A store with list-after-write lag is given up to
+    RLKEEP_STORE_CONSISTENCY_WAIT seconds to agree; any difference left raises RlkeepError.
     """
     tgz, manifest = Path(tgz), Path(manifest)
     base = _archive_base(dest_url, job, (tgz, manifest))
     store = open_store(base)
-    objects = []
-    for path in (tgz, manifest):
-        url = f"{base}/{path.name}"
-        local_size, local_sha = path.stat().st_size, sha256_file(path)
-        remote_size = _remote_size(store, path.name)
-        if remote_size is None:
-            raise RlkeepError(f"{url}: no such object; the archive upload is not verified")
-        if remote_size != local_size:
-            raise RlkeepError(f"{url}: remote size {remote_size} bytes, local {path} has {local_size}; "
-                              "the archive upload is not verified")
-        read_size, remote_sha = store.read_into(path.name, _DiscardSink())  # type: ignore[arg-type]
-        if read_size != local_size or remote_sha != local_sha:
-            raise RlkeepError(f"{url}: a fresh read gave {read_size} bytes with sha256 {remote_sha}, local {path} "
-                              f"has {local_size} bytes with sha256 {local_sha}; the archive upload is not verified")
-        objects.append({"url": url, "key": path.name, "size": remote_size, "sha256": remote_sha})
+    objects = [verified_remote_copy(store, f"{base}/{path.name}", path) for path in (tgz, manifest)]
     return {"status": "completed", "dest": base, "objects": objects,
-            "verified": "remote size (HEAD or listing) and sha256 of a fresh full read, against the local files"}
+            "verified": "listing and (S3) HEAD size, and sha256 of a fresh full read, against the local files"}
 
 
 def iter_manifest_entries(manifest_path: Path) -> Iterable[ManifestEntry]:

@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -50,6 +51,8 @@ TRAIN_SHARD_RE = re.compile(r"^data/train-[^/]*\.parquet$")
 DATA_SHARD_RE = re.compile(r"^data/[^/]+\.parquet$")
 REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 HUB_FAILURES = (OSError, ValueError, RuntimeError, httpx2.HTTPError)
+RATE_LIMIT_WAIT_ENV = "RLKEEP_HUB_RATE_LIMIT_WAIT"
+DEFAULT_RATE_LIMIT_WAIT = 300.0  # seconds one request may spend waiting out 429 answers
 
 
 def disable_xet() -> None:
@@ -59,6 +62,98 @@ def disable_xet() -> None:
 
 
 disable_xet()
+
+
+# ---------------------------------------------------------------------------------------------
+# Rate limits (HTTP 429)
+
+
+class HubRateLimited(RlkeepError):
+    """The Hub kept answering 429 for longer than the bound allows."""
+
+
+def rate_limit_bound() -> float:
+    """Seconds one request may spend waiting out 429 answers (RLKEEP_HUB_RATE_LIMIT_WAIT)."""
+    text = os.environ.get(RATE_LIMIT_WAIT_ENV, "").strip()
+    try:
+        value = float(text) if text else DEFAULT_RATE_LIMIT_WAIT
+    except ValueError:
+        raise RlkeepError(f"{RATE_LIMIT_WAIT_ENV}={text!r}: expected a number of seconds") from None
+    if value < 0:
+        raise RlkeepError(f"{RATE_LIMIT_WAIT_ENV}={text!r}: expected a number of seconds >= 0")
+    return value
+
+
+def _replayable(request: httpx2.Request) -> bool:
+    """A body held in memory (JSON, a commit's lines) can be sent again; a file being streamed cannot."""
+    return isinstance(request.stream, httpx2.ByteStream)
+
+
+class RateLimitTransport(httpx2.BaseTransport):
+    """Honours 429 + Retry-After (delay seconds or an HTTP date; backoff without one) for every Hub
+    request whose body can be sent again, within a bounded total wait per request.
+
+    huggingface_hub retries some calls on 429 by itself, sleeping whatever Retry-After says, and
+    others (the commit) not at all: waiting here gives every call the same, bounded, behaviour. A
+    streamed body (an LFS PUT of a file) goes back to the client's own retry while the bound holds.
+    """
+
+    def __init__(self, inner: httpx2.BaseTransport) -> None:
+        self.inner = inner
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        from rlkeep.storage import retry_after_seconds
+
+        waited, answers = 0.0, 0
+        while True:
+            response = self.inner.handle_request(request)
+            if response.status_code != 429:
+                return response
+            answers += 1
+            retry_after = retry_after_seconds(response.headers.get("Retry-After"))
+            pause = retry_after if retry_after is not None else min(30.0, 2.0 ** (answers - 1))
+            bound = rate_limit_bound()
+            if waited + pause > bound:
+                response.close()
+                path = request.url.path
+                asked = f"asks to wait {pause:g} s more" if retry_after is not None else "still answers 429"
+                raise HubRateLimited(
+                    f"rate limited: HTTP 429 on {request.method} {path} ({hub_call_of(request.method, path)}); the Hub "
+                    f"{asked} after {answers} such answers and {waited:.0f} s of waiting, past the {bound:g} s allowed "
+                    f"({RATE_LIMIT_WAIT_ENV}): rerun later, or raise the bound")
+            if not _replayable(request):
+                return response
+            response.read()
+            response.close()
+            time.sleep(pause)
+            waited += pause
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _client_with_rate_limits() -> httpx2.Client:
+    """huggingface_hub's default client (its request hooks, no timeout, redirects) over RateLimitTransport."""
+    from huggingface_hub.utils._http import default_client_factory
+
+    default = default_client_factory()
+    hooks = default.event_hooks
+    default.close()
+    return httpx2.Client(event_hooks=hooks, follow_redirects=True, timeout=None,
+                         transport=RateLimitTransport(httpx2.HTTPTransport()))
+
+
+_rate_limits_installed = False
+
+
+def install_rate_limit_handling() -> None:
+    """Every huggingface_hub request of this process goes through RateLimitTransport (once)."""
+    global _rate_limits_installed
+    if not _rate_limits_installed:
+        from huggingface_hub import set_client_factory
+
+        set_client_factory(_client_with_rate_limits)
+        _rate_limits_installed = True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -72,6 +167,7 @@ class HubTarget:
 
     def api(self) -> HfApi:
         disable_xet()
+        install_rate_limit_handling()
         # token=False: never fall back to a token file saved for another Hub.
         return HfApi(endpoint=self.endpoint, token=self.token if self.token else False)
 
@@ -360,9 +456,16 @@ def hub_step(target: HubTarget, repo_type: str, repo_id: str, step: str, note: s
     """Turn a Hub or network failure into an RlkeepError naming the repo and the step."""
     try:
         yield
+    except HubRateLimited as error:
+        raise RlkeepError(target.scrub(f"Hub {step} failed for {repo_type} repo {repo_id} at {target.endpoint}: "
+                                       f"{error}")) from None
     except RlkeepError:
         raise
     except HUB_FAILURES as error:
+        limited = _rate_limited_cause(error)
+        if limited is not None:  # raised inside the client's worker threads, wrapped there
+            raise RlkeepError(target.scrub(f"Hub {step} failed for {repo_type} repo {repo_id} at {target.endpoint}: "
+                                           f"{limited}")) from None
         full = _local_disk_full(error)
         if full is not None:
             raise full from None  # our disk, not the Hub: the step says which path is full (steps.run_step)
@@ -370,6 +473,15 @@ def hub_step(target: HubTarget, repo_type: str, repo_id: str, step: str, note: s
         if note:
             message += f". {note}"
         raise RlkeepError(target.scrub(message)) from None
+
+
+def _rate_limited_cause(error: BaseException | None) -> HubRateLimited | None:
+    seen = 0
+    while error is not None and seen < 16:
+        if isinstance(error, HubRateLimited):
+            return error
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return None
 
 
 def _local_disk_full(error: BaseException | None) -> OSError | None:

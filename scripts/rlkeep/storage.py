@@ -10,10 +10,13 @@ sha256 while streaming; an ETag is never trusted as a content hash.
 """
 from __future__ import annotations
 
+import email.utils
+import errno
 import hashlib
 import io
-import errno
+import logging
 import os
+import random
 import shutil
 import threading
 import time
@@ -27,9 +30,18 @@ from urllib.parse import urlparse
 
 from rlkeep.errors import StoreError
 
+log = logging.getLogger(__name__)
+
 CHUNK = 1 << 20
-API_ATTEMPTS = 5  # botocore's own retries (standard mode: throttling, 5xx, resets), with backoff
+API_ATTEMPTS = 5  # botocore's own retries (standard mode: 5xx, resets), with backoff
 READ_ATTEMPTS = 4  # whole-object re-reads when a body breaks mid-stream
+MULTIPART_BYTES = 64 << 20  # uploads above this go in parts of this size
+SLOWDOWN_WAIT_ENV = "RLKEEP_STORE_SLOWDOWN_WAIT"
+DEFAULT_SLOWDOWN_WAIT = 300.0  # seconds one request may spend waiting out SlowDown answers
+THROTTLE_CODES = frozenset({"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded",
+                            "TooManyRequests", "RequestThrottled"})
+SKEW_CODES = frozenset({"RequestTimeTooSkewed", "SignatureDoesNotMatch", "RequestExpired", "AccessDenied"})
+SKEW_TELLS_SECONDS = 300  # a Date header this far off ours makes a signature refusal a clock problem
 
 
 @dataclass(frozen=True)
@@ -230,6 +242,7 @@ def s3_client():  # type: ignore[no-untyped-def]
             session = boto3.session.Session(botocore_session=_botocore_session())
             region = session.region_name or os.environ.get("AWS_REGION") or "us-east-1"
             client = session.client("s3", region_name=region, config=config)
+            client.meta.events.register_first("needs-retry.s3", _slowdown_retry)
             _clients[endpoint] = client
     return client
 
@@ -257,14 +270,121 @@ def _botocore_session():  # type: ignore[no-untyped-def]
 
 
 class HttpStatusError(Exception):
-    def __init__(self, status: int, code: str) -> None:
+    def __init__(self, status: int, code: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(f"HTTP {status} {code}".rstrip())
         self.status = status
+        self.code = code
+        self.headers = headers or {}
 
 
 def _error_code(body: bytes) -> str:
     start, end = body.find(b"<Code>"), body.find(b"</Code>")
     return body[start + 6:end].decode("utf-8", "replace") if 0 <= start < end else ""
+
+
+# --------------------------------------------------------------------------- throttling and clocks
+
+
+class StoreThrottled(StoreError):
+    """The store kept answering SlowDown for longer than the bound allows."""
+
+
+def slowdown_bound() -> float:
+    """Seconds one request may spend waiting out SlowDown answers (RLKEEP_STORE_SLOWDOWN_WAIT)."""
+    text = os.environ.get(SLOWDOWN_WAIT_ENV, "").strip()
+    if not text:
+        return DEFAULT_SLOWDOWN_WAIT
+    try:
+        value = float(text)
+    except ValueError:
+        raise StoreError(f"{SLOWDOWN_WAIT_ENV}={text!r}: expected a number of seconds") from None
+    if value < 0:
+        raise StoreError(f"{SLOWDOWN_WAIT_ENV}={text!r}: expected a number of seconds >= 0")
+    return value
+
+
+def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
+    """A Retry-After header (delay seconds or an HTTP date) as seconds from now; None when absent or unreadable."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(text).timestamp()
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when - (time.time() if now is None else now))
+
+
+def is_throttle(status: int, code: str) -> bool:
+    return code in THROTTLE_CODES or status == 429 or (status == 503 and code in {"", "ServiceUnavailable"})
+
+
+def throttle_pause(*, waited: float, attempt: int, retry_after: float | None, what: str) -> float:
+    """How long to wait before retrying a throttled request: Retry-After when the store gives one,
+    else exponential backoff with jitter; raises StoreThrottled once the total would pass the bound."""
+    bound = slowdown_bound()
+    pause = retry_after if retry_after is not None else min(20.0, 0.5 * 2 ** max(0, attempt - 1)) * random.uniform(0.5, 1)
+    if waited + pause > bound:
+        asked = f"asks to wait {retry_after:g} s more" if retry_after is not None else "still answers SlowDown"
+        raise StoreThrottled(f"{what}: the store {asked} after {attempt} throttled attempts and {waited:.0f} s "
+                             f"of waiting, past the {bound:g} s allowed ({SLOWDOWN_WAIT_ENV}); nothing was "
+                             "written for this request: rerun later, or raise the bound")
+    return pause
+
+
+def _offset_text(seconds: float) -> str:
+    minutes = int(round(abs(seconds) / 60))
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if hours else f"{minutes} min"
+
+
+def clock_problem(status: int, code: str, headers: dict[str, str], now: float | None = None) -> str | None:
+    """The refusal as a clock problem, with the offset the store's Date header tells, or None.
+
+    RequestTimeTooSkewed always is one; a signature refusal (SignatureDoesNotMatch, an expired
+    presigned URL) is one when the store's Date is minutes off this machine's clock.
+    """
+    if status != 403 or code not in SKEW_CODES:
+        return None
+    now = time.time() if now is None else now
+    date = next((value for key, value in headers.items() if key.lower() == "date"), None)
+    try:
+        offset = email.utils.parsedate_to_datetime(date).timestamp() - now if date else None
+    except (TypeError, ValueError):
+        offset = None
+    if code != "RequestTimeTooSkewed" and (offset is None or abs(offset) < SKEW_TELLS_SECONDS):
+        return None
+    if offset is None:
+        told = "by an offset the store's answer does not tell (no Date header)"
+    else:
+        way = "behind" if offset > 0 else "ahead of"
+        told = f"{_offset_text(offset)} {way} the store's (the store's Date header says {date})"
+    return (f"this machine's clock differs from the store's: it is {told}; the store refused the signed "
+            f"request ({code}): S3 refuses requests signed more than 15 minutes off its clock. Set this "
+            "machine's clock right (e.g. enable NTP) and rerun")
+
+
+def _slowdown_retry(response: object = None, attempts: int = 0, request_dict: dict | None = None,
+                    **_: object) -> float | None:
+    """botocore needs-retry handler, ahead of the standard one: a throttled request is retried after
+    the store's Retry-After (or a backoff) for as long as the bound allows, beyond botocore's attempts."""
+    if response is None or request_dict is None:
+        return None
+    http, parsed = response  # type: ignore[misc]
+    code = (parsed or {}).get("Error", {}).get("Code", "")
+    if not is_throttle(http.status_code, code):
+        return None
+    context = request_dict.setdefault("context", {})
+    waited = float(context.get("rlkeep_throttle_waited", 0.0))
+    pause = throttle_pause(waited=waited, attempt=attempts, what=f"HTTP {http.status_code} {code}".strip(),
+                           retry_after=retry_after_seconds(http.headers.get("Retry-After")))
+    context["rlkeep_throttle_waited"] = waited + pause
+    log.warning("store: HTTP %s %s, retrying in %.1f s", http.status_code, code, pause)
+    return pause
 
 
 _pool = None
@@ -307,6 +427,17 @@ def _retryable(error: Exception) -> bool:
     return isinstance(error, (Urllib3Error, BotoConnectionError, HTTPClientError, IncompleteReadError, ResponseStreamingError, ProtocolError, OSError))
 
 
+def _cause_of(error: BaseException, kind: type) -> BaseException | None:
+    """The first exception of `kind` in the chain (s3transfer wraps what a handler raised)."""
+    seen = 0
+    current: BaseException | None = error
+    while current is not None and seen < 16:
+        if isinstance(current, kind):
+            return current
+        current, seen = current.__cause__ or current.__context__, seen + 1
+    return None
+
+
 def _is_missing(error: Exception) -> bool:
     from botocore.exceptions import ClientError
 
@@ -315,6 +446,18 @@ def _is_missing(error: Exception) -> bool:
         status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
         return code in {"NoSuchKey", "404", "NotFound"} or status == 404
     return False
+
+
+def _clock_problem_of(error: Exception) -> str | None:
+    from botocore.exceptions import ClientError
+
+    if isinstance(error, ClientError):
+        metadata = error.response.get("ResponseMetadata", {})
+        return clock_problem(int(metadata.get("HTTPStatusCode", 0)), error.response.get("Error", {}).get("Code", ""),
+                             dict(metadata.get("HTTPHeaders", {})))
+    if isinstance(error, HttpStatusError):
+        return clock_problem(error.status, error.code, error.headers)
+    return None
 
 
 def _describe_error(error: Exception) -> str:
@@ -339,6 +482,12 @@ class S3Store:
         except Exception as error:  # noqa: BLE001 - classified below
             if _is_missing(error):
                 raise ObjectMissing(f"{what}: no such object") from None
+            clock = _clock_problem_of(error)
+            if clock is not None:
+                raise StoreError(f"{what}: {clock}") from None
+            throttled = _cause_of(error, StoreThrottled)
+            if throttled is not None:
+                raise StoreThrottled(f"{what}: {throttled}") from None
             attempts = API_ATTEMPTS if _retryable(error) else 1
             raise StoreError(f"{what}: failed after {attempts} attempts: {_describe_error(error)}") from None
 
@@ -379,7 +528,8 @@ class S3Store:
         """
         full = self._full(key)
         what = f"{self.url}/{key}"
-        for attempt in range(READ_ATTEMPTS):
+        attempt, throttles, throttled_wait = 0, 0, 0.0
+        while attempt < READ_ATTEMPTS:
             start = sink.tell()
             try:
                 size, expected, digest = self._get(full, sink)
@@ -399,10 +549,22 @@ class S3Store:
                     raise  # the local disk is full: no retry helps; the step names the full path
                 if _is_missing(error):
                     raise ObjectMissing(f"{what}: listed but no longer exists") from None
+                clock = _clock_problem_of(error)
+                if clock is not None:
+                    raise StoreError(f"{what}: {clock}") from None
+                if isinstance(error, HttpStatusError) and is_throttle(error.status, error.code):
+                    # SlowDown: not a failed attempt; wait as the store asks, within the bound
+                    throttles += 1
+                    pause = throttle_pause(waited=throttled_wait, attempt=throttles, what=f"{what}: read",
+                                           retry_after=retry_after_seconds(error.headers.get("Retry-After")))
+                    throttled_wait += pause
+                    time.sleep(pause)
+                    continue
                 transient = isinstance(error, StoreError) or _retryable(error)
                 if not transient or attempt == READ_ATTEMPTS - 1:
                     raise StoreError(f"{what}: read failed after {attempt + 1} attempts: {_describe_error(error)}") from None
                 time.sleep(min(8.0, 0.2 * 2**attempt))
+                attempt += 1
         raise AssertionError("unreachable")
 
     def _get(self, full_key: str, sink: IO[bytes]) -> tuple[int, int, str]:
@@ -427,7 +589,7 @@ class S3Store:
             if response.status == 404:
                 raise ObjectMissing(full_key)
             if response.status != 200:
-                raise HttpStatusError(response.status, _error_code(response.read(4096)))
+                raise HttpStatusError(response.status, _error_code(response.read(4096)), dict(response.headers))
             expected = int(response.headers.get("Content-Length", -1))
             size, digest = _hash_stream(response.stream(CHUNK, decode_content=False), sink)
             return size, expected, digest
@@ -456,14 +618,57 @@ class S3Store:
         return ObjectInfo(key=key, size=int(response["ContentLength"]), etag=response.get("ETag", "").strip('"'))  # type: ignore[index]
 
     def put_file(self, key: str, path: Path) -> ObjectInfo:
+        """Upload one file (in parts above MULTIPART_BYTES). Parts an interrupted upload of this very
+        key left behind are aborted before and after: they are invisible, but stored and billed."""
         from boto3.s3.transfer import TransferConfig
 
-        config = TransferConfig(multipart_threshold=64 << 20, multipart_chunksize=64 << 20, max_concurrency=4)
-        self._call(
-            f"{self.url}/{key}: upload",
-            lambda: s3_client().upload_file(str(path), self.bucket, self._full(key), Config=config),
-        )
-        return self.head(key)
+        config = TransferConfig(multipart_threshold=MULTIPART_BYTES, multipart_chunksize=MULTIPART_BYTES,
+                                max_concurrency=4)
+        multipart = path.stat().st_size >= MULTIPART_BYTES
+        if multipart:
+            self.abort_unfinished_uploads(key)
+        try:
+            self._call(
+                f"{self.url}/{key}: upload",
+                lambda: s3_client().upload_file(str(path), self.bucket, self._full(key), Config=config),
+            )
+        finally:
+            if multipart:
+                self.abort_unfinished_uploads(key)
+        # Not a HEAD: a store with read-after-write lag may not show the object yet (verification
+        # re-checks, within its bound); the store took the upload, so this is what it holds.
+        return ObjectInfo(key=key, size=path.stat().st_size)
+
+    def unfinished_uploads(self, key: str) -> list[str]:
+        """Upload ids of multipart uploads in progress for exactly this key (no other key's)."""
+        full = self._full(key)
+        ids: list[str] = []
+        kwargs: dict[str, str] = {"Bucket": self.bucket, "Prefix": full}
+        while True:
+            page = self._call(f"{self.url}/{key}: listing unfinished multipart uploads",
+                              lambda: s3_client().list_multipart_uploads(**kwargs))
+            uploads = page.get("Uploads", [])  # type: ignore[union-attr]
+            ids += [upload["UploadId"] for upload in uploads if upload.get("Key") == full]
+            if not page.get("IsTruncated"):  # type: ignore[union-attr]
+                return ids
+            kwargs["KeyMarker"] = page["NextKeyMarker"]  # type: ignore[index]
+            kwargs["UploadIdMarker"] = page["NextUploadIdMarker"]  # type: ignore[index]
+
+    def abort_unfinished_uploads(self, key: str) -> int:
+        """Abort this key's multipart uploads in progress (a killed upload's parts); best effort:
+        a store that refuses to list them is logged, and the upload goes on."""
+        try:
+            ids = self.unfinished_uploads(key)
+            for upload_id in ids:
+                self._call(f"{self.url}/{key}: aborting multipart upload {upload_id}",
+                           lambda: s3_client().abort_multipart_upload(Bucket=self.bucket, Key=self._full(key),
+                                                                      UploadId=upload_id))
+        except StoreError as error:
+            log.warning("%s", error)
+            return 0
+        if ids:
+            log.info("%s/%s: aborted %d unfinished multipart upload(s) an interrupted upload left", self.url, key, len(ids))
+        return len(ids)
 
     def put_bytes(self, key: str, data: bytes) -> ObjectInfo:
         self._call(

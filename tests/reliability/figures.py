@@ -71,6 +71,14 @@ def add_up(lines: list[dict[str, Any]]) -> dict[str, Any]:
         "stop_points": sorted({point for item in by_kind.get("stops", []) for point in item["points"]}),
         "disk_full_refusals": sum(int(item["refusals"]) for item in by_kind.get("disk_full", [])),
         "disk_full_steps": sorted({step for item in by_kind.get("disk_full", []) for step in item["steps"]}),
+        "store_behaviour": {item["case"]: sum(int(n) for n in item["injected"].values())
+                            for item in by_kind.get("store_behaviour", [])},
+        "load_runs": sum(int(item["runs"]) for item in by_kind.get("load", [])),
+        "load_runs_done": sum(int(item["done"]) for item in by_kind.get("load", [])),
+        "load_faults_injected": sum(int(item["injected"]) for item in by_kind.get("load", [])),
+        "load_duplicated": sum(int(item["duplicated"]) for item in by_kind.get("load", [])),
+        "clock_skew_files_redated": sum(int(item["files_redated"]) for item in by_kind.get("clock_skew", [])),
+        "clock_skew_jobs_redone": sum(int(item["redone"]) for item in by_kind.get("clock_skew", [])),
         "lost": lost,
         "leaked": leaked,
     }
