@@ -43,8 +43,9 @@ class ObjectInfo:
 @dataclass(frozen=True)
 class FetchedObject:
     info: ObjectInfo
-    body: IO[bytes] | None  # positioned at 0; None when the object vanished after listing
+    body: IO[bytes] | None  # positioned at 0; None when the object vanished after listing or was denied
     sha256: str | None
+    denied: "ObjectDenied | None" = None  # the store refused this read (HTTP 403)
 
     def read(self) -> bytes:
         assert self.body is not None
@@ -69,6 +70,17 @@ class Store(Protocol):
 
 class ObjectMissing(StoreError):
     """The object was listed but is gone now."""
+
+
+class ObjectDenied(StoreError):
+    """The store refused to read this object (HTTP 403): a credential scoped to part of a prefix.
+
+    identity: who the store says asked, where it says it (its error message, e.g. an ARN) and the
+    access key id the request was signed with; never a secret or a signed URL."""
+
+    def __init__(self, what: str, code: str, identity: str) -> None:
+        super().__init__(f"{what}: access denied (HTTP 403 {code}); {identity}".rstrip("; "))
+        self.code, self.identity = code, identity
 
 
 class ObjectChanged(StoreError):
@@ -262,6 +274,22 @@ class HttpStatusError(Exception):
     def __init__(self, status: int, code: str, body: bytes = b"") -> None:
         super().__init__(f"HTTP {status} {code}".rstrip())
         self.status, self.code, self.body = status, code, body
+
+
+def _error_field(body: bytes, name: str) -> str:
+    start, end = body.find(b"<%s>" % name.encode()), body.find(b"</%s>" % name.encode())
+    return body[start + len(name) + 2:end].decode("utf-8", "replace") if 0 <= start < end else ""
+
+
+def _identity(client: object, store_message: str) -> str:
+    """Whose read was refused: the access key id it was signed with (never the secret) and the
+    store's own words when they name a principal (AWS: `User: arn:... is not authorized`)."""
+    credentials = _credentials.get(id(client))
+    access_key = credentials.get_frozen_credentials().access_key if credentials is not None else None  # type: ignore[attr-defined]
+    parts = [f"signed with access key id {access_key}" if access_key else "an anonymous request"]
+    if store_message and "Signature" not in store_message:
+        parts.append(f"the store says: {store_message[:300]}")
+    return "; ".join(parts)
 
 
 def _error_code(body: bytes) -> str:
@@ -604,6 +632,16 @@ def _is_missing(error: Exception) -> bool:
     return False
 
 
+def _denied(error: Exception) -> tuple[str, str] | None:
+    """(code, the store's message) of a 403 from botocore, else None."""
+    from botocore.exceptions import ClientError
+
+    if isinstance(error, ClientError) and error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 403:
+        details = error.response.get("Error", {})
+        return str(details.get("Code") or "AccessDenied"), str(details.get("Message") or "")
+    return None
+
+
 def _describe_error(error: Exception) -> str:
     text = str(error)
     return text if len(text) < 300 else text[:300] + "..."
@@ -675,6 +713,16 @@ class S3Store:
                 return size, digest
             except ObjectMissing:
                 raise ObjectMissing(f"{what}: listed but no longer exists") from None
+            except HttpStatusError as error:
+                if error.status == 403:
+                    raise ObjectDenied(what, error.code or "AccessDenied",
+                                       _identity(s3_client(), _error_field(error.body, "Message"))) from None
+                sink.seek(start)
+                sink.truncate()
+                if not _retryable(error) or attempt == READ_ATTEMPTS - 1:
+                    raise StoreError(f"{what}: read failed after {attempt + 1} attempts: {_describe_error(error)}") from None
+                time.sleep(min(8.0, 0.2 * 2**attempt))
+                continue
             except ObjectChanged:
                 sink.seek(start)
                 sink.truncate()
@@ -686,6 +734,9 @@ class S3Store:
                     raise  # the local disk is full: no retry helps; the step names the full path
                 if _is_missing(error):
                     raise ObjectMissing(f"{what}: listed but no longer exists") from None
+                denied = _denied(error)
+                if denied is not None:
+                    raise ObjectDenied(what, denied[0], _identity(s3_client(), denied[1])) from None
                 transient = isinstance(error, StoreError) or _retryable(error)
                 if not transient or attempt == READ_ATTEMPTS - 1:
                     raise StoreError(f"{what}: read failed after {attempt + 1} attempts: {_describe_error(error)}") from None
@@ -850,6 +901,9 @@ def fetch_in_order(
         except ObjectMissing:
             body.close()
             return FetchedObject(info, None, None)
+        except ObjectDenied as denied:
+            body.close()
+            return FetchedObject(info, None, None, denied)
         except BaseException:
             body.close()
             raise

@@ -27,7 +27,7 @@ from rlkeep.jsonio import write_json
 from rlkeep.regions import store_to_local
 from rlkeep.diskspace import TAR_OVERHEAD_PER_MEMBER, require_free
 from rlkeep.steps import check_transfer
-from rlkeep.storage import ObjectInfo, Store, fetch_in_order, open_store
+from rlkeep.storage import ObjectDenied, ObjectInfo, Store, fetch_in_order, open_store
 
 if TYPE_CHECKING:
     from rlkeep.steps import StepContext
@@ -56,6 +56,22 @@ class TarStats:
     bytes: int = 0
     objects_skipped: list[dict[str, Any]] = field(default_factory=list)
     objects: list[dict[str, Any]] = field(default_factory=list)
+    denied: ObjectDenied | None = None  # the first refusal (they all name the same credential)
+    denied_keys: list[str] = field(default_factory=list)
+
+
+def refuse_denied(stats: TarStats, where: str) -> None:
+    """A sync with objects the store refused (HTTP 403) is not a sync: fail naming the first
+    keys, how many, and whose credential was refused, before the tar or manifest is complete."""
+    if stats.denied is None:
+        return
+    first = ", ".join(stats.denied_keys[:5])
+    more = f" and {len(stats.denied_keys) - 5} more" if len(stats.denied_keys) > 5 else ""
+    error = stats.denied
+    raise RlkeepError(
+        f"{where}: the store refused {len(stats.denied_keys)} of the listed objects (HTTP 403 {error.code}): "
+        f"{first}{more}; {error.identity}. The credential reads only part of this prefix: use one that may "
+        f"read all of it (nothing was synced)")
 
 
 class HashingWriter(io.RawIOBase):
@@ -186,6 +202,11 @@ def stream_objects_into_tar(
     try:
         for fetched in fetch_in_order(store, infos, workers=workers, max_inflight_bytes=max_inflight_bytes):
             info = fetched.info
+            if fetched.denied is not None:
+                stats.denied = stats.denied or fetched.denied
+                stats.denied_keys.append(info.key)
+                progress.update(0)
+                continue
             if fetched.body is None:
                 stats.objects_skipped.append({"key": info.key, "size": info.size, "reason": "missing_after_listing"})
                 progress.update(0)
@@ -310,6 +331,7 @@ def sync_traces(ctx: StepContext) -> None:
                                 workers=int(settings.get("workers", 16)),
                                 max_inflight_bytes=int(settings.get("max_inflight_mb", 128)) << 20,
                                 label="trace sync")
+        refuse_denied(stats, traces_url)
         enforce_skip_policy(stats.objects_skipped, settings.get("skip_policy", {}), traces_url)
     manifest = {
         "status": "completed",
@@ -490,6 +512,7 @@ def sync_logs(ctx: StepContext) -> None:
                                 workers=int(settings.get("workers", 16)),
                                 max_inflight_bytes=int(settings.get("max_inflight_mb", 128)) << 20,
                                 label="log sync")
+        refuse_denied(stats, record.store)
         enforce_skip_policy(stats.objects_skipped, settings.get("skip_policy", {}), record.store)
     manifest = {
         "status": "completed",

@@ -17,10 +17,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse
 
 FAULT_KINDS = ("reset", "slowdown", "error500", "truncate", "stall")
+# answers a correct store gives on purpose, never drawn by `rate`: a credential scoped to a sub-tree
+REFUSAL_KINDS = ("forbidden",)
+DENIED_PRINCIPAL = "arn:aws:iam::000000000000:user/scoped-reader"
 
 SLOWDOWN_BODY = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
     b"<Message>Please reduce your request rate.</Message></Error>"
+)
+FORBIDDEN_BODY = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
+    b"<Message>User: " + DENIED_PRINCIPAL.encode() + b" is not authorized to perform: s3:GetObject</Message></Error>"
 )
 ERROR500_BODY = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InternalError</Code>'
@@ -54,7 +61,7 @@ class FaultProxy:
 
     def fail_next(self, kind: str, count: int = 1, *, method: str | None = None, path_contains: str = "",
                   query_contains: str = "") -> None:
-        assert kind in FAULT_KINDS, kind
+        assert kind in FAULT_KINDS + REFUSAL_KINDS, kind
 
         def matches(request_method: str, target: str) -> bool:
             path, _, query = target.partition("?")
@@ -108,8 +115,9 @@ class FaultProxy:
                     self.connection.close()
                     self.close_connection = True
                     return
-                if fault in {"slowdown", "error500"}:
-                    status, payload = (503, SLOWDOWN_BODY) if fault == "slowdown" else (500, ERROR500_BODY)
+                if fault in {"slowdown", "error500", "forbidden"}:
+                    status, payload = {"slowdown": (503, SLOWDOWN_BODY), "error500": (500, ERROR500_BODY),
+                                       "forbidden": (403, FORBIDDEN_BODY)}[fault]
                     self.send_response(status)
                     self.send_header("Content-Type", "application/xml")
                     self.send_header("Content-Length", str(len(payload)))
