@@ -128,6 +128,7 @@ def main() -> int:
     rss = max(r["maxrss_mb"] for r in result["runs"] if r["name"] == "rlkeep")
     worst = result["ratios"]["s5cmd+tar"]["max"]
     figures = {
+        "subject": "rlkeep",
         "objects": count,
         "mb": round(total_bytes / 1e6, 1),
         "rlkeep_workers": args.workers,
