@@ -503,7 +503,9 @@ class _Connection:
         try:
             try:
                 status_line = self._send(request)
-            except (ConnectionError, TimeoutError) if reused else ():  # type: ignore[misc]
+            except ConnectionError:
+                if not reused:
+                    raise
                 # a kept-alive connection the server closed while idle: once more on a new one
                 self.close()
                 self._open()
