@@ -74,10 +74,14 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--objects", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=None)
-    parser.add_argument("--workers", type=int, default=int(os.environ.get("RLKEEP_BENCH_SYNC_WORKERS", 32)))
+    parser.add_argument("--workers", type=int, default=None, help="rlkeep's sync.workers (default: config/config.yaml's)")
     parser.add_argument("--no-aws", action="store_true", help="leave `aws s3 sync` out (it is the slow peer)")
     args = parser.parse_args()
     count = args.objects or (1_000 if args.quick else 20_000)
+    if args.workers is None:
+        import yaml
+
+        args.workers = int(yaml.safe_load((REPO / "config" / "config.yaml").read_text())["sync"]["workers"])
     rounds = args.rounds or (2 if args.quick else 3)
     sys.path.insert(0, str(REPO / "scripts"))
     from rlkeep.devserver.s3 import S3Server
