@@ -859,12 +859,12 @@ BATCH_OBJECTS = 16  # small objects fetched back to back by one worker: one hand
 BATCH_BYTES = 1 << 20
 
 
-def _batches(infos: Iterable[ObjectInfo]) -> Iterator[list[ObjectInfo]]:
-    """Consecutive runs of small objects (up to BATCH_OBJECTS and BATCH_BYTES); large objects alone."""
+def _batches(infos: Iterable[ObjectInfo], most: int = BATCH_OBJECTS) -> Iterator[list[ObjectInfo]]:
+    """Consecutive runs of small objects (up to `most` and BATCH_BYTES); large objects alone."""
     batch: list[ObjectInfo] = []
     size = 0
     for info in infos:
-        if batch and (len(batch) == BATCH_OBJECTS or size + info.size > BATCH_BYTES):
+        if batch and (len(batch) == most or size + info.size > BATCH_BYTES):
             yield batch
             batch, size = [], 0
         batch.append(info)
@@ -928,7 +928,9 @@ def fetch_in_order(
 
     pending: deque[tuple[int, Future[list[FetchedObject]]]] = deque()
     inflight = 0
-    source = _batches(infos)
+    # a short list is cut finer, so that every worker has a batch (all requests in flight at once)
+    most = max(1, min(BATCH_OBJECTS, len(infos) // workers)) if isinstance(infos, list) else BATCH_OBJECTS
+    source = _batches(infos, most)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fetch") as pool:
         try:
             exhausted = False

@@ -77,6 +77,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=None, help="rlkeep's sync.workers (default: config/config.yaml's)")
     parser.add_argument("--no-aws", action="store_true", help="leave `aws s3 sync` out (it is the slow peer)")
     args = parser.parse_args()
+    peers.stop_on_sigterm()
     count = args.objects or (1_000 if args.quick else 20_000)
     if args.workers is None:
         import yaml

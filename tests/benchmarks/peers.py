@@ -97,6 +97,18 @@ def python_at_least(major: int, minor: int) -> str | None:
     return None
 
 
+def stop_on_sigterm() -> None:
+    """SIGTERM (and SIGINT, which a background shell job ignores) end the benchmark through
+    SystemExit, so `with` blocks stop its servers and run_timed its current child."""
+    import signal
+
+    def leave(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, leave)
+    signal.signal(signal.SIGINT, leave)
+
+
 def loadavg() -> list[float]:
     try:
         return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
@@ -120,7 +132,12 @@ def run_timed(command: Sequence[str], *, env: Mapping[str, str] | None = None, c
         start = time.monotonic()
         process = subprocess.Popen(list(command), env=dict(env) if env is not None else None, cwd=cwd,
                                    stdout=out, stderr=err)
-        _, status, usage = os.wait4(process.pid, 0)
+        try:
+            _, status, usage = os.wait4(process.pid, 0)
+        except BaseException:  # stopped (SIGTERM via stop_on_sigterm, ^C): take the child down too
+            process.kill()
+            process.wait()
+            raise
         elapsed = time.monotonic() - start
         process.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
