@@ -272,3 +272,18 @@ def test_an_empty_or_traceback_only_trainer_log_is_preserved_with_its_state(tmp_
     assert [(a["attempt"], a["state"], a["bytes"], a["lines"], a["sha256"]) for a in manifest["attempts"]] == [
         ("rl-demo", "failed", 0, 0, hashlib.sha256(b"").hexdigest()),
         ("rl-demo-r1", "killed", len(traceback), 3, hashlib.sha256(traceback).hexdigest())]
+
+
+@pytest.mark.parametrize("name", ["a", "task-0001__0000001/agent/trajectory.json", "x" * 100, "d/" * 60 + "e.json",
+                                  "f" * 101, "ünï/cødé.txt", "g/" * 150 + "h"])
+def test_tar_member_headers_read_back_and_match_tarfile_for_short_names(name: str) -> None:
+    from rlkeep.sync import member_header, tar_member
+
+    for size in (0, 1, 511, 512, 50_000):
+        header = member_header(name, size)
+        if len(name) <= 100 and name.isascii():  # the usual key: the very bytes tarfile's PAX format writes
+            assert header == tar_member(name, size).tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+        archive = header + b"\0" * (size + (-size % 512)) + b"\0" * 1024
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            member = tar.next()
+            assert member is not None and (member.name, member.size, member.mode, member.mtime) == (name, size, 0o644, 0)

@@ -31,6 +31,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse
 
 FAULT_KINDS = ("reset", "slowdown", "error500", "truncate", "stall")
+# answers a correct store gives on purpose, never drawn by `rate`: a credential scoped to a sub-tree
+REFUSAL_KINDS = ("forbidden",)
+DENIED_PRINCIPAL = "arn:aws:iam::000000000000:user/scoped-reader"
 
 SLOWDOWN_BODY = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
@@ -40,6 +43,10 @@ MAX_SKEW_SECONDS = 15 * 60  # what S3 allows between a request's signing time an
 NO_SUCH_KEY_BODY = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>NoSuchKey</Code>'
     b"<Message>The specified key does not exist.</Message></Error>"
+)
+FORBIDDEN_BODY = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
+    b"<Message>User: " + DENIED_PRINCIPAL.encode() + b" is not authorized to perform: s3:GetObject</Message></Error>"
 )
 ERROR500_BODY = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InternalError</Code>'
@@ -80,7 +87,7 @@ class FaultProxy:
 
     def fail_next(self, kind: str, count: int = 1, *, method: str | None = None, path_contains: str = "",
                   query_contains: str = "") -> None:
-        assert kind in FAULT_KINDS, kind
+        assert kind in FAULT_KINDS + REFUSAL_KINDS, kind
 
         def matches(request_method: str, target: str) -> bool:
             path, _, query = target.partition("?")
@@ -218,8 +225,9 @@ class FaultProxy:
                     self.connection.close()
                     self.close_connection = True
                     return
-                if fault in {"slowdown", "error500"}:
-                    status, payload = (503, SLOWDOWN_BODY) if fault == "slowdown" else (500, ERROR500_BODY)
+                if fault in {"slowdown", "error500", "forbidden"}:
+                    status, payload = {"slowdown": (503, SLOWDOWN_BODY), "error500": (500, ERROR500_BODY),
+                                       "forbidden": (403, FORBIDDEN_BODY)}[fault]
                     extra = {"Retry-After": proxy.retry_after} if fault == "slowdown" and proxy.retry_after else {}
                     self._answer(status, payload, extra)
                     return
