@@ -19,7 +19,8 @@ from typing import Any
 from urllib.parse import quote
 
 from rlkeep.jsonio import atomic_write_bytes, read_json
-from rlkeep.report import STEPS, build_status, rlkeep_revision
+from rlkeep.pipeline import STEPS
+from rlkeep.report import build_status, rlkeep_revision
 
 STEP_STATES = ("completed", "blocked", "pending", "not_applicable")
 DEFAULT_HUB = "https://huggingface.co"

@@ -790,7 +790,7 @@ def chains_of_other_records(ctx: StepContext) -> dict[str, str]:
     return claimed
 
 
-def capture_chain(ctx: StepContext) -> None:
+def capture_chain_step(ctx: StepContext) -> None:
     """`<job>/chain.json`: every attempt in record order with its scheduler state, plus (Iris)
     the CLI forms used and the owner's unrecorded attempts of this run."""
     from rlkeep.jsonio import write_json
@@ -836,7 +836,7 @@ def _all_terminal(scheduler: str, attempts: list[dict[str, Any]]) -> bool | None
     return None if terminal is None else all(a["state"] in terminal for a in attempts)
 
 
-def stop_retries(ctx: StepContext) -> None:
+def stop_retries_step(ctx: StepContext) -> None:
     """`<job>/retries.json`: stop the chain's pending retries by exact id, nothing else."""
     from rlkeep.jsonio import read_json, write_json
     from rlkeep.steps import not_applicable, sentinel

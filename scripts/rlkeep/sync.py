@@ -234,7 +234,7 @@ def enforce_skip_policy(skipped: list[dict[str, Any]], policy: dict[str, Any], w
 # --------------------------------------------------------------------------- the trace tree
 
 
-def sync_traces(ctx: StepContext) -> None:
+def sync_traces_step(ctx: StepContext) -> None:
     """`<job>/sync/trace_jobs.tar` + manifest: the whole trace prefix, member names relative to it."""
     settings = ctx.settings
     spec = ctx.record.spec
@@ -402,7 +402,7 @@ def _attempt_states(ctx: StepContext) -> dict[str, str]:
     return {str(a["slug"]): str(a.get("state", "unknown")) for a in _chain_attempts(ctx)}
 
 
-def sync_logs(ctx: StepContext) -> None:
+def sync_logs_step(ctx: StepContext) -> None:
     """`<job>/sync/logs.tar` + manifest: trainer logs per attempt + every durable non-weight artifact."""
     settings = ctx.settings
     record = ctx.record

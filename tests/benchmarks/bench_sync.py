@@ -27,14 +27,14 @@ import json, resource, sys, time
 from pathlib import Path
 from rlkeep.records import validate_record_data
 from rlkeep.steps import StepContext
-from rlkeep.sync import sync_traces
+from rlkeep.sync import sync_traces_step
 store, out = sys.argv[1], Path(sys.argv[2])
 record = validate_record_data({"job": "bench", "user": "bench", "scheduler": "none", "chain": ["/bench/bench"],
     "store": store, "checkpoint": {"interval": 20}}, Path("records/bench.yaml"))
 ctx = StepContext(job="bench", record=record, data_root=out, inputs={},
     outputs={"tar": out / "trace_jobs.tar", "manifest": out / "trace_jobs.manifest.json"},
     settings={"workers": 32, "max_inflight_mb": 128, "skip_policy": {}})
-start = time.monotonic(); sync_traces(ctx); elapsed = time.monotonic() - start
+start = time.monotonic(); sync_traces_step(ctx); elapsed = time.monotonic() - start
 print(json.dumps({"seconds": elapsed, "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
