@@ -18,9 +18,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from rlkeep.jsonio import atomic_write_bytes, read_json
+from rlkeep.errors import RlkeepError
+from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
+from rlkeep.metrics import read_metrics_csv
 from rlkeep.pipeline import STEPS
+from rlkeep.records import load_record
 from rlkeep.report import build_status, rlkeep_revision
+from rlkeep.run_report import html_sections, panels
 
 STEP_STATES = ("completed", "blocked", "pending", "not_applicable")
 DEFAULT_HUB = "https://huggingface.co"
@@ -68,8 +72,6 @@ def overall_state(status: dict[str, Any], started: bool) -> str:
 
 def load_run(data_root: Path, record_file: Path, invocation: str = "snakemake --profile iris") -> RunView:
     """The view of one record; a record that does not load is shown with its error, never skipped."""
-    from rlkeep.errors import RlkeepError
-    from rlkeep.records import load_record
 
     job = record_file.stem
     job_dir = data_root / job
@@ -107,9 +109,6 @@ def _tables(job_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]] |
     """metrics/metrics.csv rows, metrics/trials.csv rows (None without a trial table) and why a
     file could not be read: a malformed table is named on the page, never a reason to skip the page."""
     import csv
-
-    from rlkeep.errors import RlkeepError
-    from rlkeep.metrics import read_metrics_csv
 
     metrics_csv = job_dir / "metrics" / "metrics.csv"
     trials_csv = job_dir / "metrics" / "trials.csv"
@@ -430,8 +429,6 @@ def metric_panels(view: RunView, cache_dir: Path | None) -> list[tuple[str, str,
     import hashlib
     import json
 
-    from rlkeep.run_report import panels
-
     rows = view.files.get("metric_rows") or []
     trials = view.files.get("trial_rows")
     if not rows and not trials:
@@ -450,8 +447,6 @@ def metric_panels(view: RunView, cache_dir: Path | None) -> list[tuple[str, str,
     made = [(title, alt, base64.b64encode(png).decode("ascii"))
             for title, alt, png in panels(rows, trials, candidates=candidates, selected_step=selected)]
     if cached is not None:
-        from rlkeep.jsonio import write_json
-
         cached.parent.mkdir(parents=True, exist_ok=True)
         for old in cached.parent.glob(f"{view.job}-*.json"):  # this job's older plots (not job "x-y"'s)
             if re.fullmatch(re.escape(view.job) + r"-[0-9a-f]{24}\.json", old.name):
@@ -510,8 +505,6 @@ def run_html(view: RunView, job_dir: Path, *, generated_at: str, revision: str, 
     if figures:
         parts.append("<details><summary>Plots made by metric_surface</summary>"
                      + "".join(figure_html(job_dir, rel) for rel in figures) + "</details>")
-
-    from rlkeep.run_report import html_sections
 
     parts += [f"<p class=\"reason\">Not read: {esc(error)}</p>" for error in view.files.get("table_errors") or []]
     parts.append(html_sections(view.files.get("metric_rows") or [], view.files.get("trial_rows")))

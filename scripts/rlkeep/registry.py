@@ -23,6 +23,8 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from rlkeep.errors import RlkeepError
+from rlkeep.jsonio import read_json, write_json
+from rlkeep.steps import StepContext, not_applicable
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -340,10 +342,8 @@ def cli_main(argv: list[str]) -> int:
 # --------------------------------------------------------------------------- pipeline step
 
 
-def register_step(ctx: Any) -> None:
+def register_step(ctx: StepContext) -> None:
     """`<job>/register.json`: register only when the record says register.authorized (runbook step 6)."""
-    from rlkeep.jsonio import read_json, write_json
-    from rlkeep.steps import not_applicable
 
     register = ctx.record.register
     if not register or not register.get("authorized"):
