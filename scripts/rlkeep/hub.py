@@ -36,6 +36,7 @@ from huggingface_hub.hf_api import RepoFile
 
 from rlkeep.diskspace import is_no_space
 from rlkeep.errors import RlkeepError
+from rlkeep.files import link_or_copy
 from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
 from rlkeep.redaction import redact_tree, redactor_from_environment
 from rlkeep.steps import StepContext, check_transfer, not_applicable
@@ -52,7 +53,8 @@ CARD_NAME = "README.md"
 MANIFEST_NAME = "trace_export_manifest.json"
 TRAIN_SHARD_RE = re.compile(r"^data/train-[^/]*\.parquet$")
 DATA_SHARD_RE = re.compile(r"^data/[^/]+\.parquet$")
-REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+REPO_ID_RE = re.compile(  # a Hub repo id, org/name: the one pattern rlkeep checks them with
+    r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 HUB_FAILURES = (OSError, ValueError, RuntimeError, httpx2.HTTPError)
 
 
@@ -798,14 +800,6 @@ def link_traces_in_card(card: str, repo_id: str, url: str) -> str:
     return _replace_section(card, TRACES_HEADING, traces_section_body(repo_id, url))
 
 
-def _link_or_copy(source: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
-
-
 def _training_logs(ctx: StepContext, logs_dir: Path) -> list[str]:
     """Metric surface, its report and the chain's trainer logs into training_logs/. Nothing here
     comes from the trace tree: model publication never waits on the trace sync."""
@@ -848,7 +842,7 @@ def stage_model_step(ctx: StepContext) -> None:
     try:
         for source in sorted(ctx.inputs["model"].iterdir()):
             if source.is_file() and not source.name.startswith("."):
-                _link_or_copy(source, partial / source.name)
+                link_or_copy(source, partial / source.name)
         logs_dir = partial / "training_logs"
         logs_dir.mkdir(parents=True)
         names = _training_logs(ctx, logs_dir)

@@ -12,7 +12,8 @@ Everything else reads this table rather than restating it:
   inputs and reclamation inputs follow (rules/common.smk);
 - `verify`: the verify/<name>.json sentinels reclamation waits on (KindSpec.verify_sentinels);
 - `threads`, `mem_mb`, `runtime`: profiles/slurm/profile.yaml's set-threads and set-resources
-  (tests/test_pipeline_table.py keeps the two equal; `rlkeep.profiles.slurm_rule_resources`).
+  (tests/test_pipeline_table.py keeps the two equal; `rlkeep install-profiles` sizes a rule the
+  file does not name from this table).
 
 The function is not a Snakemake `params` entry, so renaming or moving it never reruns a finished
 step. This module imports every step module: modules below it (kinds, report, steps) read the

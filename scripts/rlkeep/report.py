@@ -13,8 +13,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
-from rlkeep.records import JobRecord
+from rlkeep.kinds import spec_for
+from rlkeep.metrics import without_metrics_markdown
+from rlkeep.records import JobRecord, load_record
+from rlkeep.tracker import tracker_of
 
 if TYPE_CHECKING:
     from rlkeep.pipeline import Step
@@ -85,7 +89,6 @@ def last_error(log_path: Path) -> str | None:
 
 def collect_steps(job_dir: Path, kind: str | None = None, publishing: bool = True) -> dict[str, dict[str, Any]]:
     """Every step's status; a step the run's kind does not have is not_applicable (rlkeep.kinds)."""
-    from rlkeep.kinds import spec_for
 
     spec = spec_for(kind)
     return {step.name: step_status(job_dir, step, publishing) if spec.applies(step.name) else
@@ -257,7 +260,6 @@ def build_completion_record(job_dir: Path, record: JobRecord,
         if info["status"] not in {"completed", "not_applicable"}
     ]
     publish = record.publish or {}
-    from rlkeep.tracker import tracker_of
 
     tracker_url, tracker_url_source = tracker_of(record, job_dir)  # the record's URL always wins
     archive_dest = verify_archive.get("dest") or (record.archive or {}).get("dest")
@@ -298,8 +300,6 @@ def build_completion_record(job_dir: Path, record: JobRecord,
 
 
 def render_report(done: dict[str, Any]) -> str:
-    from rlkeep.metrics import without_metrics_markdown
-
     lines = [f"# rlkeep completion record: {done['job']}", ""]
     lines.append(f"- Kind: {done.get('kind', 'rl')}")
     lines.append(f"- Terminal state: **{done['terminal_state']}**")
@@ -405,8 +405,6 @@ def build_status(job_dir: Path, kind: str | None = None, *, record: JobRecord | 
 def _record_of(record_file: Path) -> JobRecord | None:
     """The job's record; None when it cannot be read: STATUS.json is then written with every step
     of the default kind, and the record's own error stops the run."""
-    from rlkeep.errors import RlkeepError
-    from rlkeep.records import load_record
 
     try:
         return load_record(record_file)

@@ -60,7 +60,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rlkeep.errors import RlkeepError
-from rlkeep.hub import replace_trace_shards, verify_trace_publication
+from rlkeep.hub import REPO_ID_RE, replace_trace_shards, verify_trace_publication
 from rlkeep.jsonio import dumps, read_json, write_json
 from rlkeep.jsonskim import SkimError, pick_members
 from rlkeep.redaction import redactor_from_environment
@@ -1095,8 +1095,6 @@ def build_trace_dataset(source: Path, out_dir: Path, *, episodes: str = "last", 
 
 # --------------------------------------------------------------------------- CLI
 
-_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-
 
 def _coverage_arg(text: str) -> float:
     try:
@@ -1159,11 +1157,11 @@ def _publish(stage: Path, repo_id: str, *, private: bool, manifest: dict[str, An
 
 def cli_main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    if not _REPO_ID.match(args.repo_id):
+    if not REPO_ID_RE.match(args.repo_id):
         raise RlkeepError(f"--repo-id must be ORG/NAME, not {args.repo_id!r}")
     if args.trials_per_shard < 1:
         raise RlkeepError("--trials-per-shard must be at least 1")
-    if args.model_repo is not None and not _REPO_ID.match(args.model_repo):
+    if args.model_repo is not None and not REPO_ID_RE.match(args.model_repo):
         raise RlkeepError(f"--model-repo must be ORG/NAME, not {args.model_repo!r}")
     options = dict(episodes=args.episodes, filter=args.filter, min_coverage=args.min_coverage,
                    trials_per_shard=args.trials_per_shard, source_sha256=args.source_sha256,
