@@ -47,16 +47,13 @@ from abc import ABC, abstractmethod
 from calendar import timegm
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from rlkeep.errors import BlockedError, RlkeepError, SchedulerError
 from rlkeep.jsonio import read_json, write_json
 from rlkeep.records import JobRecord, load_record
-from rlkeep.steps import not_applicable, sentinel
+from rlkeep.steps import StepContext, not_applicable, sentinel
 from rlkeep.storage import open_store
-
-if TYPE_CHECKING:
-    from rlkeep.steps import StepContext
 
 TERMINAL_STATES = {"succeeded", "failed", "killed", "worker_failed", "unschedulable"}
 PENDING_STATES = {"pending", "building"}
