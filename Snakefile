@@ -18,9 +18,10 @@
 #   <job>/verify/archive.json, register.json, reclaim.json  rules/archive.smk
 #   <job>/DONE, <job>/REPORT.md, <job>/STATUS.json ....... rules/report.smk
 #   campaign/index.html, campaign/<job>.html ........... rules/campaign.smk (and after every invocation)
-# Each rule runs one function of the `rlkeep` package (scripts/rlkeep/), named in its
-# `params: run=` and logged to <job>/logs/<rule>.log.
-# The record's `kind` (rl | sft | datagen | eval; rlkeep/kinds.py) decides which of these a job's
+# Each rule runs one function of the `rlkeep` package (scripts/rlkeep/) through
+# scripts/run_step.py, logged to <job>/logs/<rule>.log: the rule's name is its row in the step
+# table, scripts/rlkeep/pipeline.py, which imports the function (rule name -> PIPELINE row -> *_step).
+# The same row's `kinds` (rl | sft | datagen | eval; rlkeep/kinds.py) decides which of these a job's
 # DONE needs: get_done_inputs, get_archive_inputs and get_reclaim_inputs in rules/common.smk.
 
 from snakemake.utils import min_version

@@ -12,7 +12,6 @@ rule archive:
     log:
         "{job}/logs/archive.log",
     params:
-        run="rlkeep.archive:archive_step",
         settings=get_archive_settings,
     script:
         RUN_STEP
@@ -29,7 +28,6 @@ rule verify_archive:
     resources:
         net_io=1,
     params:
-        run="rlkeep.archive:verify_archive_step",
         settings=get_archive_transfer_settings,
     script:
         RUN_STEP
@@ -48,7 +46,6 @@ rule register:
     log:
         "{job}/logs/register.log",
     params:
-        run="rlkeep.registry:register_step",
         settings=get_register_settings,
     script:
         RUN_STEP
@@ -68,7 +65,6 @@ rule reclaim:
     resources:
         net_io=1,
     params:
-        run="rlkeep.reclaim:reclaim_step",
         settings=get_reclaim_settings,
     script:
         RUN_STEP

@@ -8,7 +8,6 @@ rule capture_chain:
     log:
         "{job}/logs/capture_chain.log",
     params:
-        run="rlkeep.scheduler:capture_chain",
         settings=get_chain_settings,
     script:
         RUN_STEP
@@ -21,7 +20,5 @@ rule stop_retries:
         retries="{job}/retries.json",
     log:
         "{job}/logs/stop_retries.log",
-    params:
-        run="rlkeep.scheduler:stop_retries",
     script:
         RUN_STEP

@@ -14,8 +14,6 @@ rule list_checkpoints:
         "{job}/logs/list_checkpoints.log",
     resources:
         net_io=1,
-    params:
-        run="rlkeep.checkpoints:list_checkpoints_step",
     script:
         RUN_STEP
 
@@ -34,8 +32,6 @@ rule metric_surface:
         plot=report("{job}/metrics/reward.png", caption="../report/reward.rst", category="Metrics", subcategory="{job}"),
     log:
         "{job}/logs/metric_surface.log",
-    params:
-        run="rlkeep.metrics:metric_surface_step",
     script:
         RUN_STEP
 
@@ -52,8 +48,6 @@ rule trial_table:
         report=report("{job}/metrics/trials.md", caption="../report/trials_md.rst", category="Trials", subcategory="{job}"),
     log:
         "{job}/logs/trial_table.log",
-    params:
-        run="rlkeep.metrics:trial_table_step",
     script:
         RUN_STEP
 
@@ -67,7 +61,6 @@ rule select_checkpoint:
     log:
         "{job}/logs/select_checkpoint.log",
     params:
-        run="rlkeep.checkpoints:select_checkpoint_step",
         settings=get_selection_settings,
     script:
         RUN_STEP

@@ -10,6 +10,7 @@ from snakemake.utils import validate
 
 from rlkeep.errors import RecordError
 from rlkeep.records import load_record, record_path
+from rlkeep.steps import is_authorized
 
 ##### why each edge exists #####
 # An input is declared only where a step reads what another step writes, or where the runbook
@@ -39,7 +40,7 @@ from rlkeep.records import load_record, record_path
 #                      the metric surface (a malformed trainer log must not block preservation).
 #   verify_archive     the archive and its MANIFEST.
 #   reclaim            every verify sentinel of the kind + the sync manifests: delete only what is preserved.
-#   done               every step's evidence (rlkeep.report.STEPS): DONE is the proof that all passed;
+#   done               every step's evidence (rlkeep.pipeline.STEPS): DONE is the proof that all passed;
 #                      STATUS.json (onsuccess/onerror) is the record when something is blocked.
 
 
@@ -48,7 +49,8 @@ from rlkeep.records import load_record, record_path
 validate(config, "../config/config.schema.yaml")
 
 RECORDS_DIR = Path(config["records"])
-RUN_STEP = "../scripts/run_step.py"  # the adapter every rule runs (see rlkeep/steps.py)
+# The adapter every rule runs: it calls the function of the rule's row in rlkeep/pipeline.py.
+RUN_STEP = "../scripts/run_step.py"
 
 
 JOB_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -165,11 +167,7 @@ def get_register_settings(wildcards):
 
 def get_reclaim_settings(wildcards):
     """Authority is part of the params: granting it later makes a rerun act."""
-    return {"authorized": is_authorized("reclaim_authorized", wildcards.job)}
-
-
-def is_authorized(key, job):
-    return str(config.get(key, "")) == job
+    return {"authorized": is_authorized(config, "reclaim_authorized", wildcards.job)}
 
 
 ##### inputs that depend on what the record asks for #####
@@ -287,12 +285,9 @@ onerror:
 
 
 def get_done_inputs(wildcards):
-    """The evidence file of every step the job's kind has (rlkeep.report.STEPS is the one list of
+    """The evidence file of every step the job's kind has (rlkeep.pipeline.STEPS is the one list of
     steps); DONE reports the others as not_applicable, so their rules never enter the DAG."""
-    from rlkeep.report import STEPS
+    from rlkeep.pipeline import STEPS
 
     kind = get_kind(wildcards.job)
-    inputs = {step.name: f"{wildcards.job}/{step.evidence}" for step in STEPS if kind.applies(step.name)}
-    if kind.applies("metric_surface"):  # report material only (rules/generation.smk), not a runbook step
-        inputs["generation_stats"] = f"{wildcards.job}/metrics/generation.md"
-    return inputs
+    return {step.name: f"{wildcards.job}/{step.evidence}" for step in STEPS if kind.applies(step.name)}

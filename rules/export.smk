@@ -13,7 +13,5 @@ rule export_model:
         "{job}/logs/export_model.log",
     resources:
         net_io=1,
-    params:
-        run="rlkeep.export:export_step",
     script:
         RUN_STEP

@@ -13,7 +13,5 @@ rule generation_stats:
         plot=report("{job}/metrics/vllm.png", caption="../report/vllm.rst", category="Metrics", subcategory="{job}"),
     log:
         "{job}/logs/generation_stats.log",
-    params:
-        run="rlkeep.generation_stats:generation_stats_step",
     script:
         RUN_STEP

@@ -28,7 +28,6 @@ rule stage_model:
     log:
         "{job}/logs/stage_model.log",
     params:
-        run="rlkeep.hub:stage_model_step",
         settings=get_publish_settings,
     script:
         RUN_STEP
@@ -44,7 +43,6 @@ rule publish_model:
     resources:
         net_io=1,
     params:
-        run="rlkeep.hub:publish_model_step",
         settings=get_publish_settings,
     script:
         RUN_STEP
@@ -62,7 +60,6 @@ rule stage_traces:
     log:
         "{job}/logs/stage_traces.log",
     params:
-        run="rlkeep.traces:stage_traces_step",
         settings=get_trace_settings,
     script:
         RUN_STEP
@@ -78,7 +75,6 @@ rule publish_traces:
     resources:
         net_io=1,
     params:
-        run="rlkeep.hub:publish_traces_step",
         settings=get_publish_settings,
     script:
         RUN_STEP
@@ -98,7 +94,6 @@ rule link_model_card:
     resources:
         net_io=1,
     params:
-        run="rlkeep.hub:link_model_card_step",
         settings=get_publish_settings,
     script:
         RUN_STEP

@@ -11,7 +11,6 @@ rule done:
     log:
         "{job}/logs/done.log",
     params:
-        run="rlkeep.report:write_done",
         settings=get_record_digest,
     script:
         RUN_STEP

@@ -14,7 +14,6 @@ rule sync_logs:
     resources:
         net_io=1,
     params:
-        run="rlkeep.sync:sync_logs",
         settings=get_sync_settings("logs"),
     script:
         RUN_STEP
@@ -31,7 +30,6 @@ rule sync_traces:
     resources:
         net_io=1,
     params:
-        run="rlkeep.sync:sync_traces",
         settings=get_sync_settings("traces"),
     script:
         RUN_STEP

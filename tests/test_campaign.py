@@ -8,7 +8,7 @@ import pytest
 
 from rlkeep.campaign import (archive_summary, attempt_timeline, destination_links, esc, hub_url, index_html,
                              load_campaign, load_run, storage_bytes, write_campaign)
-from rlkeep.report import STEPS
+from rlkeep.pipeline import STEPS
 from tests.support.campaign import (BLOCKED_REASON, blocked_run, completed_run, local_links, not_started, resolve,
                                     write_record)
 

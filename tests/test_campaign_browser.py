@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from rlkeep.report import STEPS
+from rlkeep.pipeline import STEPS
 from tests.conftest import run_snakemake, seed_example
 from tests.support.campaign import (BLOCKED_REASON, blocked_run, chromium_path, completed_run, local_links,
                                     not_started, render, resolve)

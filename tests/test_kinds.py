@@ -21,7 +21,7 @@ from rlkeep.errors import RecordError
 from rlkeep.example.kinds import write_datagen_run, write_eval_run, write_sft_run
 from rlkeep.kinds import KINDS, spec_for
 from rlkeep.records import load_record
-from rlkeep.report import STEPS
+from rlkeep.pipeline import STEPS
 from rlkeep.scheduler import (SlurmCli, entry_from_sacct, entry_from_scontrol, parse_scontrol_line,
                               stop_pending_slurm)
 from rlkeep.storage import open_store, upload_tree

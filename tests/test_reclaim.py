@@ -14,7 +14,7 @@ from rlkeep.records import validate_record_data
 from rlkeep.reclaim import REQUIRED_SENTINELS, execute_reclaim, plan_reclaim, reclaim_decision
 from rlkeep.steps import StepContext
 from rlkeep.storage import open_store
-from rlkeep.sync import sync_logs, sync_traces
+from rlkeep.sync import sync_logs_step, sync_traces_step
 
 SYNC_SETTINGS = {"workers": 16, "max_inflight_mb": 4, "skip_policy": {"max_missing_after_listing": 0},
                  "exclude": [{"pattern": "*.pane", "min_bytes": 1000, "reason": "large_pane"}]}
@@ -90,7 +90,7 @@ def seed_run(store, trials: int = 12) -> dict[str, bytes]:
 
 def synced_manifests(tmp_path: Path, record) -> dict[str, dict]:
     manifests = {}
-    for name, step, stem in (("logs", sync_logs, "logs"), ("traces", sync_traces, "trace_jobs")):
+    for name, step, stem in (("logs", sync_logs_step, "logs"), ("traces", sync_traces_step, "trace_jobs")):
         outputs = {"tar": tmp_path / f"sync/{stem}.tar", "manifest": tmp_path / f"sync/{stem}.manifest.json"}
         step(StepContext(job=record.job, record=record, data_root=tmp_path, inputs={}, outputs=outputs,
                          settings=SYNC_SETTINGS))

@@ -12,7 +12,7 @@ from rlkeep.records import validate_record_data
 from rlkeep.regions import Region, local_region, store_to_local
 from rlkeep.steps import StepContext
 from rlkeep.storage import open_store
-from rlkeep.sync import sync_traces
+from rlkeep.sync import sync_traces_step
 
 SETTINGS = {"workers": 4, "max_inflight_mb": 4, "skip_policy": {"max_missing_after_listing": 0}, "exclude": []}
 
@@ -35,10 +35,10 @@ def test_a_sync_across_regions_is_refused_before_any_read_unless_allowed(tmp_pat
     with pytest.raises(RlkeepError, match=r"trace sync from .*crosses regions \(us-east-02a -> rno2a\): source region "
                                           r"from record field store_region, destination region from config "
                                           r"policy.local_region; nothing was transferred"):
-        sync_traces(ctx)
+        sync_traces_step(ctx)
     assert not ctx.outputs["tar"].exists() and not ctx.outputs["manifest"].exists()
     ctx.config["allow_transfer"] = "rl-demo"
-    sync_traces(ctx)
+    sync_traces_step(ctx)
     assert json.loads(ctx.outputs["manifest"].read_text())["objects_synced"] == 1
 
 
@@ -48,7 +48,7 @@ def test_without_a_local_region_nothing_is_compared_and_the_log_says_so(tmp_path
     ctx = context(tmp_path, bucket, store_region="us-east-02a", config={})
     assert local_region(ctx.config) == Region(None, "config policy.local_region is not set")
     with caplog.at_level("INFO", logger="rlkeep"):
-        sync_traces(ctx)
+        sync_traces_step(ctx)
     assert "regions not compared: destination region unknown (config policy.local_region is not set)" in caplog.text
 
 

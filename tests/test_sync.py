@@ -16,7 +16,7 @@ from rlkeep.errors import RlkeepError
 from rlkeep.records import validate_record_data
 from rlkeep.steps import StepContext
 from rlkeep.storage import open_store
-from rlkeep.sync import sync_logs, sync_traces
+from rlkeep.sync import sync_logs_step, sync_traces_step
 from tests.support.faultproxy import FaultProxy
 
 SETTINGS = {"workers": 8, "max_inflight_mb": 4, "skip_policy": {"max_missing_after_listing": 0},
@@ -59,7 +59,7 @@ def test_trace_sync_covers_every_page_and_is_byte_identical_on_rerun(tmp_path: P
     store = open_store(f"s3://{bucket}/iris/rl-demo")
     put_all(store, tree, "trace_jobs/")
     ctx = context(tmp_path, bucket)
-    sync_traces(ctx)
+    sync_traces_step(ctx)
     manifest = json.loads(ctx.outputs["manifest"].read_text())
     excluded = {k for k, v in tree.items() if k.endswith(".pane") and len(v) >= 50_000}
     assert manifest["objects_listed"] == len(tree) > 1000
@@ -78,7 +78,7 @@ def test_trace_sync_covers_every_page_and_is_byte_identical_on_rerun(tmp_path: P
     listing = subprocess.run(["tar", "-tf", str(ctx.outputs["tar"])], capture_output=True, text=True, check=True)
     assert "task-001__0000001/result.json" in listing.stdout.splitlines()
 
-    sync_traces(ctx)
+    sync_traces_step(ctx)
     assert hashlib.sha256(ctx.outputs["tar"].read_bytes()).hexdigest() == manifest["sha256"]
 
 
@@ -86,14 +86,14 @@ def test_transient_faults_mid_transfer_give_the_identical_tar(tmp_path: Path, bu
     store = open_store(f"s3://{bucket}/iris/rl-demo")
     put_all(store, trace_tree(60), "trace_jobs/")
     clean = context(tmp_path / "clean", bucket)
-    sync_traces(clean)
+    sync_traces_step(clean)
     faulty = context(tmp_path / "faulty", bucket)
     with FaultProxy(s3_server.endpoint) as proxy:
         monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
         proxy.fail_next("reset", 2, method="GET", path_contains="trajectory")
         proxy.fail_next("truncate", 2, method="GET", path_contains="result.json")
         proxy.fail_next("slowdown", 2, method="GET", path_contains="config.json")
-        sync_traces(faulty)
+        sync_traces_step(faulty)
         assert proxy.faults_injected() == 6
     assert faulty.outputs["tar"].read_bytes() == clean.outputs["tar"].read_bytes()
 
@@ -114,13 +114,13 @@ def test_vanished_object_is_recorded_and_fails_by_policy(tmp_path: Path, bucket:
     monkeypatch.setattr(sync, "fetch_in_order", delete_then_fetch)
     ctx = context(tmp_path, bucket)
     with pytest.raises(RlkeepError, match=rf"1 objects vanished between listing and fetch \(allowed: 0\), e.g. {victim}"):
-        sync_traces(ctx)
+        sync_traces_step(ctx)
     assert not ctx.outputs["tar"].exists() and not ctx.outputs["manifest"].exists()
     assert list(ctx.outputs["tar"].parent.iterdir()) == []  # no partial tar left behind
 
     store.put_bytes(f"trace_jobs/{victim}", tree[victim])
     lenient = context(tmp_path, bucket, settings={**SETTINGS, "skip_policy": {"max_missing_after_listing": 1}})
-    sync_traces(lenient)
+    sync_traces_step(lenient)
     manifest = json.loads(lenient.outputs["manifest"].read_text())
     assert {"key": victim, "size": len(tree[victim]), "reason": "missing_after_listing"} in manifest["objects_skipped"]
 
@@ -147,7 +147,7 @@ def test_logs_sync_keeps_informative_artifacts_and_never_weights(tmp_path: Path,
     put_all(store, {k: b"\x00" * 64 for k in excluded})
     put_all(store, {"trace_jobs/t__1/result.json": b"{}"})
     ctx = context(tmp_path, bucket, outputs={"tar": tmp_path / "logs.tar", "manifest": tmp_path / "logs.manifest.json"})
-    sync_logs(ctx)
+    sync_logs_step(ctx)
     manifest = json.loads(ctx.outputs["manifest"].read_text())
     with tarfile.open(ctx.outputs["tar"]) as tar:
         names = tar.getnames()
@@ -168,7 +168,7 @@ def test_logs_sync_takes_full_logs_from_iris(tmp_path: Path, bucket: str, iris, 
     open_store(f"s3://{bucket}/iris/rl-demo").put_bytes("vllm.log", b"x\n")
     ctx = context(tmp_path, bucket, scheduler="iris",
                   outputs={"tar": tmp_path / "logs.tar", "manifest": tmp_path / "logs.manifest.json"})
-    sync_logs(ctx)
+    sync_logs_step(ctx)
     with tarfile.open(ctx.outputs["tar"]) as tar:
         member = tar.extractfile("attempts/rl-demo/trainer.log")
         assert member is not None and member.read().decode().splitlines() == lines
@@ -191,7 +191,7 @@ def test_a_gone_attempt_without_a_store_copy_is_noted_and_a_lost_log_of_a_known_
     ctx = context(tmp_path, bucket, scheduler="iris",
                   outputs={"tar": tmp_path / "logs.tar", "manifest": tmp_path / "logs.manifest.json"})
     open_store(f"s3://{bucket}/iris/rl-demo").put_bytes("logs/rl-demo-r1.out", b"step 1\n")
-    sync_logs(ctx)
+    sync_logs_step(ctx)
     first, second = json.loads(ctx.outputs["manifest"].read_text())["attempts"]
     assert first["attempt"] == "rl-demo" and first["member"] is None
     assert first["completeness"]["status"] == "unavailable" and "gone from the controller" in first["note"]
@@ -202,18 +202,18 @@ def test_a_gone_attempt_without_a_store_copy_is_noted_and_a_lost_log_of_a_known_
     ctx.outputs["tar"].unlink()
     ctx.outputs["manifest"].unlink()
     if version == "f":  # one end only: kept, and the manifest says it is not proven whole
-        sync_logs(ctx)
+        sync_logs_step(ctx)
         first = json.loads(ctx.outputs["manifest"].read_text())["attempts"][0]
         assert first["completeness"]["status"] == "unproven" and first["lines"] == 10
         return
     with pytest.raises(RlkeepError, match=r"trainer log of attempt rl-demo \(/demo/rl-demo\) cannot be read whole"):
-        sync_logs(ctx)
+        sync_logs_step(ctx)
     assert not ctx.outputs["manifest"].exists()
 
 
 def test_empty_trace_prefix_is_a_clear_error(tmp_path: Path, bucket: str) -> None:
     with pytest.raises(RlkeepError, match=r"trace_jobs: no trace objects under this prefix"):
-        sync_traces(context(tmp_path, bucket))
+        sync_traces_step(context(tmp_path, bucket))
 
 
 def test_transfer_policy_stops_an_oversized_sync_unless_allowed_for_this_job(tmp_path: Path, bucket: str) -> None:
@@ -225,13 +225,13 @@ def test_transfer_policy_stops_an_oversized_sync_unless_allowed_for_this_job(tmp
     ctx.config = {"policy": {"max_transfer_bytes": total - 1}}
     with pytest.raises(RlkeepError, match=rf"{total:,} bytes is over policy.max_transfer_bytes = {total - 1:,}.*"
                                           r"--config allow_transfer=rl-demo"):
-        sync_traces(ctx)
+        sync_traces_step(ctx)
     assert not ctx.outputs["tar"].exists()
     ctx.config["allow_transfer"] = "another-job"
     with pytest.raises(RlkeepError, match="over policy.max_transfer_bytes"):
-        sync_traces(ctx)
+        sync_traces_step(ctx)
     ctx.config["allow_transfer"] = "rl-demo"
-    sync_traces(ctx)
+    sync_traces_step(ctx)
     assert json.loads(ctx.outputs["manifest"].read_text())["objects_synced"] == len(tree)
 
 
@@ -263,7 +263,7 @@ def test_an_empty_or_traceback_only_trainer_log_is_preserved_with_its_state(tmp_
         {"slug": "rl-demo-r1", "id": "/demo/rl-demo-r1", "state": "killed"}]}))
     ctx = context(tmp_path, bucket, outputs={"tar": tmp_path / "logs.tar", "manifest": tmp_path / "logs.manifest.json"})
     ctx.inputs["chain"] = chain
-    sync_logs(ctx)
+    sync_logs_step(ctx)
     with tarfile.open(ctx.outputs["tar"]) as tar:
         assert tar.getmember("attempts/rl-demo/trainer.log").size == 0
         member = tar.extractfile("attempts/rl-demo-r1/trainer.log")

@@ -30,8 +30,12 @@ from typing import IO, Any
 
 from rlkeep.diskspace import TAR_OVERHEAD_PER_MEMBER, require_free
 from rlkeep.errors import RlkeepError
-from rlkeep.jsonio import atomic_write_bytes
-from rlkeep.storage import CHUNK, S3Store, Store, open_store, sha256_file
+from rlkeep.hub import upload_archive_to_hub
+from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
+from rlkeep.redaction import redact_tar, redactor_from_environment
+from rlkeep.regions import store_to_archive
+from rlkeep.steps import StepContext, check_transfer
+from rlkeep.storage import CHUNK, ObjectMissing, S3Store, Store, open_store, sha256_file
 from rlkeep.sync import HashingWriter, tar_member
 
 log = logging.getLogger(__name__)
@@ -674,7 +678,7 @@ def iter_manifest_entries(manifest_path: Path) -> Iterable[ManifestEntry]:
 # --------------------------------------------------------------------------- pipeline steps
 
 
-def archive_step(ctx: Any) -> None:
+def archive_step(ctx: StepContext) -> None:
     """`<job>/archive/<job>_archive.tgz` + `MANIFEST`: everything informative, never weights or dumps.
 
     The trees follow the run's kind (rlkeep.kinds): `logs/` always, plus the trace tree as
@@ -682,7 +686,6 @@ def archive_step(ctx: Any) -> None:
     surface on purpose: a malformed trainer log must not block the archive (the logs and the
     run's own metric CSVs are inside logs.tar either way).
     """
-    from rlkeep.jsonio import read_json
 
     spec = ctx.record.spec
     chain = read_json(ctx.inputs["chain"])
@@ -698,7 +701,6 @@ def archive_step(ctx: Any) -> None:
         trees.append((spec.archive_tree, "traces"))
     # The archive may leave this machine (archive.dest): its text passes the same redaction as
     # every other destination; binary members are copied as they are.
-    from rlkeep.redaction import redact_tar, redactor_from_environment
 
     work = ctx.work_dir("archive")
     redactor = redactor_from_environment()
@@ -727,19 +729,13 @@ HF_DATASET_PREFIX = "hf://datasets/"
 def upload_and_verify(tgz: Path, manifest: Path, dest: str, job: str) -> dict[str, Any]:
     """Copy the archive to `dest` (s3://, file:// or hf://datasets/<org>/<name>) and verify the copy."""
     if dest.startswith(HF_DATASET_PREFIX):
-        from rlkeep.hub import upload_archive_to_hub
-
         repo_id = dest[len(HF_DATASET_PREFIX):].strip("/")
         return upload_archive_to_hub(tgz, manifest, repo_id, job, private=True)
     return upload_archive(tgz, manifest, dest, job)
 
 
-def verify_archive_step(ctx: Any) -> None:
+def verify_archive_step(ctx: StepContext) -> None:
     """`<job>/verify/archive.json`: the tarball lists the kind's expected trees; the remote copy matches."""
-    from rlkeep.jsonio import write_json
-    from rlkeep.steps import check_transfer
-
-    from rlkeep.regions import store_to_archive
 
     spec = ctx.record.spec
     local = verify_archive(ctx.inputs["tgz"], ctx.inputs["manifest"], expected_trees=list(spec.expected_archive_trees))

@@ -19,8 +19,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from rlkeep.jsonio import atomic_write_bytes, read_json
-from rlkeep.report import STEPS, build_status, rlkeep_revision
+from rlkeep.errors import RlkeepError
+from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
+from rlkeep.metrics import read_metrics_csv
+from rlkeep.pipeline import STEPS
+from rlkeep.records import load_record
+from rlkeep.report import build_status, rlkeep_revision
+from rlkeep.run_report import html_sections, panels
 
 STEP_STATES = ("completed", "blocked", "pending", "not_applicable")
 DEFAULT_HUB = "https://huggingface.co"
@@ -68,8 +73,6 @@ def overall_state(status: dict[str, Any], started: bool) -> str:
 
 def load_run(data_root: Path, record_file: Path, invocation: str = "snakemake --profile iris") -> RunView:
     """The view of one record; a record that does not load is shown with its error, never skipped."""
-    from rlkeep.errors import RlkeepError
-    from rlkeep.records import load_record
 
     job = record_file.stem
     job_dir = data_root / job
@@ -109,9 +112,6 @@ def _tables(job_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]] |
     """metrics/metrics.csv rows, metrics/trials.csv rows (None without a trial table) and why a
     file could not be read: a malformed table is named on the page, never a reason to skip the page."""
     import csv
-
-    from rlkeep.errors import RlkeepError
-    from rlkeep.metrics import read_metrics_csv
 
     metrics_csv = job_dir / "metrics" / "metrics.csv"
     trials_csv = job_dir / "metrics" / "trials.csv"
@@ -477,7 +477,6 @@ def cached_pngs(cache_dir: Path | None, job: str, inputs: Any,
             pass
     made = [(title, alt, base64.b64encode(png).decode("ascii")) for title, alt, png in make()]
     if cached is not None:
-        from rlkeep.jsonio import write_json
 
         cached.parent.mkdir(parents=True, exist_ok=True)
         for old in cached.parent.glob(f"{job}-*.json"):  # this job's older plots (not job "x-y"'s)
@@ -489,7 +488,6 @@ def cached_pngs(cache_dir: Path | None, job: str, inputs: Any,
 
 def metric_panels(view: RunView, cache_dir: Path | None) -> list[tuple[str, str, str]]:
     """(title, alt, base64 PNG) of the run's plots (rlkeep.run_report.panels)."""
-    from rlkeep.run_report import panels
 
     rows = view.files.get("metric_rows") or []
     trials = view.files.get("trial_rows")
@@ -569,8 +567,6 @@ def run_html(view: RunView, job_dir: Path, *, generated_at: str, revision: str, 
     if figures:
         parts.append("<details><summary>Plots in metrics/ (metric_surface, generation_stats)</summary>"
                      + "".join(figure_html(job_dir, rel) for rel in figures) + "</details>")
-
-    from rlkeep.run_report import html_sections
 
     parts += [f"<p class=\"reason\">Not read: {esc(error)}</p>" for error in view.files.get("table_errors") or []]
     parts.append(html_sections(view.files.get("metric_rows") or [], view.files.get("trial_rows")))

@@ -27,7 +27,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from rlkeep.errors import BlockedError, RlkeepError
-from rlkeep.metrics import ema_series, numeric_series
+from rlkeep.jsonio import read_json, write_json
+from rlkeep.metrics import ema_series, numeric_series, read_metrics_csv
+from rlkeep.scheduler import refuse_while_unrecorded_attempts_run
+from rlkeep.steps import StepContext
+from rlkeep.storage import open_store
 
 SOURCE_ORDER: tuple[str, ...] = ("fsdp", "hf_export", "megatron", "deepspeed", "unknown")
 LATEST_TXT = "latest_ckpt_global_step.txt"
@@ -578,17 +582,13 @@ def select_checkpoint(candidates: Sequence[Candidate | Mapping[str, Any]], rule:
 MAX_SMALL_FILE = 16 << 20  # an index or config larger than this is not one; leave it unread
 
 
-def list_checkpoints_step(ctx: Any) -> None:
+def list_checkpoints_step(ctx: StepContext) -> None:
     """`<job>/checkpoint/candidates.json`: every saved step under the record's ckpts/ and
     exports/, complete or not with reasons. Runs after retries.json, so no attempt of the chain still
     writes, and refuses while chain.json lists an unrecorded attempt that is pending or running."""
-    from rlkeep.jsonio import write_json
-    from rlkeep.storage import open_store
 
     record = ctx.record
     if ctx.inputs.get("chain") is not None:  # issue 16: an attempt the record does not name may still write
-        from rlkeep.jsonio import read_json
-        from rlkeep.scheduler import refuse_while_unrecorded_attempts_run
 
         record_file = f"{ctx.config.get('records', 'records')}/{record.job}.yaml"
         refuse_while_unrecorded_attempts_run(read_json(ctx.inputs["chain"]), record_file)
@@ -616,11 +616,9 @@ def list_checkpoints_step(ctx: Any) -> None:
     })
 
 
-def select_checkpoint_step(ctx: Any) -> None:
+def select_checkpoint_step(ctx: StepContext) -> None:
     """`<job>/checkpoint/selected.json`: the record's rule applied to the complete candidates
     over metrics.csv. Without a rule the step is blocked with the list of valid candidates."""
-    from rlkeep.jsonio import read_json, write_json
-    from rlkeep.metrics import read_metrics_csv
 
     listing = read_json(ctx.inputs["candidates"])
     try:

@@ -13,7 +13,7 @@ from rlkeep.errors import RlkeepError
 
 # command -> (module, function, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "step": ("rlkeep.steps", "cli_main", "run one pipeline step for a job (used by the rules)"),
+    "step": ("rlkeep.steps", "cli_main", "run one pipeline step by hand: RULE --job J (rlkeep.pipeline)"),
     "validate-record": ("rlkeep.records", "cli_main", "validate records/<job>.yaml files"),
     "redact": ("rlkeep.redaction", "cli_main", "redact credential-shaped text in place (--check: only report)"),
     "check-publication": ("rlkeep.hub", "check_publication_main", "check a downloaded model repo is publishable"),

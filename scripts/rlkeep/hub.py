@@ -35,7 +35,12 @@ from huggingface_hub import constants as hf_constants
 from huggingface_hub.errors import HfHubHTTPError
 from huggingface_hub.hf_api import RepoFile
 
+from rlkeep.diskspace import is_no_space
 from rlkeep.errors import RlkeepError
+from rlkeep.files import link_or_copy
+from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
+from rlkeep.redaction import redact_tree, redactor_from_environment
+from rlkeep.steps import StepContext, check_transfer, not_applicable
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 PUBLIC_HUB = "https://huggingface.co"
@@ -49,7 +54,8 @@ CARD_NAME = "README.md"
 MANIFEST_NAME = "trace_export_manifest.json"
 TRAIN_SHARD_RE = re.compile(r"^data/train-[^/]*\.parquet$")
 DATA_SHARD_RE = re.compile(r"^data/[^/]+\.parquet$")
-REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+REPO_ID_RE = re.compile(  # a Hub repo id, org/name: the one pattern rlkeep checks them with
+    r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 HUB_FAILURES = (OSError, ValueError, RuntimeError, httpx2.HTTPError)
 RATE_LIMIT_WAIT_ENV = "RLKEEP_HUB_RATE_LIMIT_WAIT"
 DEFAULT_RATE_LIMIT_WAIT = 300.0  # seconds one request may spend waiting out 429 answers
@@ -486,7 +492,6 @@ def _rate_limited_cause(error: BaseException | None) -> HubRateLimited | None:
 
 def _local_disk_full(error: BaseException | None) -> OSError | None:
     """The ENOSPC/EDQUOT error in an exception chain (a download ran out of local space), if any."""
-    from rlkeep.diskspace import is_no_space
 
     seen = 0
     while error is not None and seen < 16:
@@ -640,7 +645,6 @@ def verify_model_publication(stage_dir: Path, repo_id: str, commit: str, work_di
     pending_traces_link: check everything but the Training Traces link (which must not be there
     yet); card: the README.md that replaced staging's on the Hub (the card with the link).
     """
-    from rlkeep.redaction import redact_tree  # rlkeep.redaction imports nothing from here
 
     stage_dir, work_dir = Path(stage_dir), Path(work_dir)
     _require_dir(stage_dir, "model staging")
@@ -908,15 +912,7 @@ def link_traces_in_card(card: str, repo_id: str, url: str) -> str:
     return _replace_section(card, TRACES_HEADING, traces_section_body(repo_id, url))
 
 
-def _link_or_copy(source: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
-
-
-def _training_logs(ctx: Any, logs_dir: Path) -> list[str]:
+def _training_logs(ctx: StepContext, logs_dir: Path) -> list[str]:
     """Metric surface, its report and the chain's trainer logs into training_logs/. Nothing here
     comes from the trace tree: model publication never waits on the trace sync."""
     import tarfile
@@ -946,10 +942,8 @@ def _training_logs(ctx: Any, logs_dir: Path) -> list[str]:
     return sorted(names)
 
 
-def stage_model_step(ctx: Any) -> None:
+def stage_model_step(ctx: StepContext) -> None:
     """`<job>/stage/model/`: flat model + training_logs/ + model card, redacted and checked locally."""
-    from rlkeep.jsonio import read_json, write_json
-    from rlkeep.redaction import redact_tree, redactor_from_environment
 
     publish = ctx.record.publish
     if publish is None:
@@ -960,7 +954,7 @@ def stage_model_step(ctx: Any) -> None:
     try:
         for source in sorted(ctx.inputs["model"].iterdir()):
             if source.is_file() and not source.name.startswith("."):
-                _link_or_copy(source, partial / source.name)
+                link_or_copy(source, partial / source.name)
         logs_dir = partial / "training_logs"
         logs_dir.mkdir(parents=True)
         names = _training_logs(ctx, logs_dir)
@@ -997,22 +991,17 @@ def _tree_bytes(root: Path) -> int:
     return sum(path.stat().st_size for path in root.rglob("*") if path.is_file())
 
 
-def _destinations_or_not_applicable(ctx: Any) -> dict[str, Any] | None:
+def _destinations_or_not_applicable(ctx: StepContext) -> dict[str, Any] | None:
     """The record's publish block; without one, the verify sentinel says why nothing was published."""
-    from rlkeep.jsonio import write_json
-    from rlkeep.steps import not_applicable
 
     if ctx.record.publish is None:
         write_json(ctx.outputs["verify"], not_applicable("the record names no publish destinations"))
     return ctx.record.publish
 
 
-def publish_model_step(ctx: Any) -> None:
+def publish_model_step(ctx: StepContext) -> None:
     """`<job>/verify/model_upload.json`: upload the staged model additively (its card's trace link
     pending), download fresh, run the redaction check and every publication check but the link."""
-    from rlkeep.jsonio import write_json
-    from rlkeep.redaction import redactor_from_environment
-    from rlkeep.steps import check_transfer
 
     publish = _destinations_or_not_applicable(ctx)
     if publish is None:
@@ -1031,9 +1020,8 @@ def publish_model_step(ctx: Any) -> None:
                                        "training_traces_link": "pending trace verification"})
 
 
-def _verified_traces(ctx: Any, repo_id: str) -> dict[str, Any]:
+def _verified_traces(ctx: StepContext, repo_id: str) -> dict[str, Any]:
     """verify/traces.json of this record's trace dataset: the destination the card may link."""
-    from rlkeep.jsonio import read_json
 
     path = ctx.inputs["traces"]
     evidence = read_json(path)
@@ -1047,12 +1035,10 @@ def _verified_traces(ctx: Any, repo_id: str) -> dict[str, Any]:
     return evidence
 
 
-def link_model_card_step(ctx: Any) -> None:
+def link_model_card_step(ctx: StepContext) -> None:
     """`<job>/verify/model.json`: once the trace dataset is verified, link it from the model card
     in one commit that changes README.md only, download fresh and run every check again, the link
     included. The card committed is kept in <job>/stage/model_card/README.md."""
-    from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
-    from rlkeep.redaction import redact_tree, redactor_from_environment
 
     publish = _destinations_or_not_applicable(ctx)
     if publish is None:
@@ -1089,10 +1075,8 @@ def link_model_card_step(ctx: Any) -> None:
     })
 
 
-def publish_traces_step(ctx: Any) -> None:
+def publish_traces_step(ctx: StepContext) -> None:
     """`<job>/verify/traces.json`: replace the remote shard set in one commit, then verify it."""
-    from rlkeep.jsonio import read_json, write_json
-    from rlkeep.steps import check_transfer
 
     publish = _destinations_or_not_applicable(ctx)
     if publish is None:

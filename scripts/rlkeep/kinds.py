@@ -2,7 +2,8 @@
 
 A record's `kind` (rl | sft | datagen | eval; default rl) selects one KindSpec from KINDS. The
 rules read it through the `get_*` helpers in rules/common.smk, the steps through `spec_for`:
-which steps of rlkeep.report.STEPS apply (the others are `not_applicable` in DONE), where the
+which steps apply (the `kinds` column of rlkeep.pipeline's table; the others are `not_applicable`
+in DONE), where the
 trace tree sits under the store and how deep its trials are, which archive tree it becomes,
 which record sections make sense, and what the archive keeps and skips (documentation for
 people; the skip rule itself is rlkeep.archive.archive_rule, the same for every kind).
@@ -13,20 +14,15 @@ from dataclasses import dataclass
 
 from rlkeep.errors import RecordError
 
-# The steps every kind runs: capture, sync, archive and its verification (+ optional remote
-# copy), reclamation under authority. The completion record is the `done` rule itself.
 # Record sections that only some kinds have: a record of another kind that names one is refused
 # (an SFT record with checkpoint.rule would otherwise look as if rlkeep selected something).
 KIND_SECTIONS = ("checkpoint", "publish", "register")
-_PRESERVE = ("capture_chain", "stop_retries", "sync_logs")
-_ARCHIVE = ("archive", "verify_archive", "reclaim")
 
 
 @dataclass(frozen=True)
 class KindSpec:
     name: str
     description: str
-    steps: tuple[str, ...]  # names in rlkeep.report.STEPS that apply to this kind
     trace_tree: str | None  # default layout.traces under the store; None: the kind has no trace tree
     trial_depth: int  # path components from the trace tree to a trial dir (<trial>/result.json: 1)
     record_sections: frozenset[str]  # which of KIND_SECTIONS a record of this kind may have
@@ -45,12 +41,19 @@ class KindSpec:
         return ("logs/",) + ((f"{self.trace_tree}/",) if self.trace_tree else ())
 
     @property
+    def steps(self) -> tuple[str, ...]:
+        """The steps of rlkeep.pipeline's table that apply to this kind, in table order."""
+        from rlkeep.pipeline import steps_for_kind  # the table imports every step module, and they import this one
+
+        return steps_for_kind(self.name)
+
+    @property
     def verify_sentinels(self) -> tuple[str, ...]:
         """The verify/<name>.json files that must exist before reclamation (archive always): rl's
         model_upload (the model on the Hub, its trace link pending) and model (the complete card)."""
-        by_step = {"publish_model": "model_upload", "publish_traces": "traces", "link_model_card": "model",
-                   "verify_archive": "archive"}
-        return tuple(by_step[step] for step in self.steps if step in by_step)
+        from rlkeep.pipeline import STEP_BY_NAME  # see `steps`
+
+        return tuple(STEP_BY_NAME[step].verify for step in self.steps if STEP_BY_NAME[step].verify)
 
     def applies(self, step: str) -> bool:
         return step in self.steps
@@ -72,9 +75,6 @@ _COMMON_SKIPS = (
 RL = KindSpec(
     name="rl",
     description="agentic RL (SkyRL + Harbor, Iris): the full cleanup runbook",
-    steps=("capture_chain", "stop_retries", "sync_logs", "sync_traces", "list_checkpoints", "metric_surface",
-           "trial_table", "select_checkpoint", "export_model", "publish_model", "publish_traces", "link_model_card",
-           "register", "archive", "verify_archive", "reclaim"),
     trace_tree="trace_jobs",
     trial_depth=1,
     record_sections=frozenset({"checkpoint", "publish", "register"}),
@@ -88,7 +88,6 @@ RL = KindSpec(
 SFT = KindSpec(
     name="sft",
     description="supervised fine-tuning (LLaMA-Factory / axolotl, SLURM): logs, configs, wandb",
-    steps=_PRESERVE + _ARCHIVE,
     trace_tree=None,
     trial_depth=1,
     record_sections=frozenset(),
@@ -101,7 +100,6 @@ SFT = KindSpec(
 DATAGEN = KindSpec(
     name="datagen",
     description="Harbor trace generation: the one-level trace tree and the harbor run log",
-    steps=_PRESERVE + ("sync_traces", "publish_traces") + _ARCHIVE,
     trace_tree="trace_jobs",
     trial_depth=1,
     record_sections=frozenset({"publish"}),
@@ -114,7 +112,6 @@ DATAGEN = KindSpec(
 EVAL = KindSpec(
     name="eval",
     description="agentic Harbor evaluation: eval_jobs/<name>/<trial>/ plus vllm.log and job.log",
-    steps=_PRESERVE + ("sync_traces",) + _ARCHIVE,
     trace_tree="eval_jobs",
     trial_depth=2,
     record_sections=frozenset(),

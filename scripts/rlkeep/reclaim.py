@@ -17,9 +17,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from rlkeep.archive import iter_manifest_entries
 from rlkeep.errors import RlkeepError, StoreError
 from rlkeep.jsonio import read_json, write_json
+from rlkeep.steps import StepContext
 from rlkeep.storage import FileStore, S3Store, Store, check_key, open_store, s3_client
+from rlkeep.sync import is_weight_or_dump
 
 REQUIRED_SENTINELS = ("model", "traces", "archive")
 PRESENT_STATUSES = ("completed", "not_applicable")
@@ -403,7 +406,7 @@ def preservation(objects: list[dict[str, Any]], *, record: Any, manifests: dict[
 # --------------------------------------------------------------------------- pipeline step
 
 
-def reclaim_step(ctx: Any) -> None:
+def reclaim_step(ctx: StepContext) -> None:
     """`<job>/reclaim.json`: delete the run's own source objects, only under explicit authority and
     only after every verify sentinel of the run's kind exists (runbook step 7); otherwise record
     why nothing was.
@@ -412,8 +415,6 @@ def reclaim_step(ctx: Any) -> None:
     datagen and eval run, and an rl run without publish): ckpts/ and exports/, and every object
     the sync skipped as weights. Reclaiming them would lose the run's only copy.
     """
-    from rlkeep.jsonio import read_json, write_json
-    from rlkeep.sync import is_weight_or_dump
 
     required = ctx.record.spec.verify_sentinels
     sentinels = {name: read_json(ctx.inputs[name]) for name in required if name in ctx.inputs}
@@ -447,7 +448,6 @@ def reclaim_step(ctx: Any) -> None:
         kept_weights = [o for o in plan["objects"]
                         if o["key"].startswith(weight_prefixes) or is_weight_or_dump(o["key"]) == "excluded_weights"]
         plan = _without(plan, {o["key"] for o in kept_weights})
-    from rlkeep.archive import iter_manifest_entries
 
     archive_entries = {entry.member: entry.reason for entry in iter_manifest_entries(ctx.inputs["archive_manifest"])}
     # every planned object must be preserved somewhere provable (or left out on purpose) before any delete

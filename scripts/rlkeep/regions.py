@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlkeep.storage import bucket_location
+
+if TYPE_CHECKING:
+    from rlkeep.steps import StepContext  # steps imports this module
 
 HF_PREFIX = "hf://"
 BucketLookup = Callable[[str], "tuple[str | None, str]"]
@@ -63,7 +66,7 @@ def local_region(config: dict[str, Any]) -> Region:
     return Region(None, "config policy.local_region is not set")
 
 
-def store_to_local(ctx: Any) -> dict[str, Region]:
+def store_to_local(ctx: StepContext) -> dict[str, Region]:
     """check_transfer keywords for a read from the run's store into the data root. The store is
     asked for its location only when the local region is known (otherwise there is nothing to
     compare it with)."""

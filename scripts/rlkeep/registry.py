@@ -23,8 +23,10 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from rlkeep.errors import RlkeepError
+from rlkeep.hub import REPO_ID_RE
+from rlkeep.jsonio import read_json, write_json
+from rlkeep.steps import StepContext, not_applicable
 
-HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 TRAINING_TYPE = re.compile(r"^[a-z][a-z0-9_-]*$")
 
@@ -213,7 +215,7 @@ def _check(value: Any, pattern: re.Pattern[str], field: str, expected: str) -> s
 
 def register_base_model(url: str, *, hub_id: str, owner: str) -> dict[str, Any]:
     """Add a base model row explicitly (an operator's act; registration never creates one)."""
-    _check(hub_id, HUB_ID, "hub_id", "a Hub model id like Qwen/Qwen3-8B")
+    _check(hub_id, REPO_ID_RE, "hub_id", "a Hub model id like Qwen/Qwen3-8B")
     _check(owner, WORD, "owner", "an owner name")
     with transaction(url) as session:
         ensure_schema(session)
@@ -261,10 +263,10 @@ def register_run(
     One transaction. Idempotent for the same owner and job: a rerun updates the one row
     instead of adding another. Returns the evidence for `<job>/register.json`.
     """
-    _check(model_repo, HUB_ID, "model_repo", "a Hub repo id like org/name")
+    _check(model_repo, REPO_ID_RE, "model_repo", "a Hub repo id like org/name")
     if trace_repo is not None:
-        _check(trace_repo, HUB_ID, "trace_repo", "a Hub dataset id like org/name, or None")
-    _check(base_model, HUB_ID, "base_model", "the exact Hub id of the base model, like Qwen/Qwen3-8B")
+        _check(trace_repo, REPO_ID_RE, "trace_repo", "a Hub dataset id like org/name, or None")
+    _check(base_model, REPO_ID_RE, "base_model", "the exact Hub id of the base model, like Qwen/Qwen3-8B")
     _check(training_type, TRAINING_TYPE, "training_type", "an explicit training type such as rl")
     _check(job, WORD, "job", "the job name")
     _check(owner, WORD, "owner", "the operator's owner name")
@@ -340,10 +342,8 @@ def cli_main(argv: list[str]) -> int:
 # --------------------------------------------------------------------------- pipeline step
 
 
-def register_step(ctx: Any) -> None:
+def register_step(ctx: StepContext) -> None:
     """`<job>/register.json`: register only when the record says register.authorized (runbook step 6)."""
-    from rlkeep.jsonio import read_json, write_json
-    from rlkeep.steps import not_applicable
 
     register = ctx.record.register
     if not register or not register.get("authorized"):

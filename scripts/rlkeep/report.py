@@ -1,7 +1,7 @@
 """The completion record `<job>/DONE`, `<job>/REPORT.md` and `<job>/STATUS.json`.
 
-STEPS is the one list of the pipeline's steps and the file that proves each one; the `done`
-rule's inputs, DONE's `steps` and STATUS.json all come from it. A step's status is read from
+rlkeep.pipeline.STEPS is the one list of the pipeline's steps and the file that proves each one;
+the `done` rule's inputs, DONE's `steps` and STATUS.json all come from it. A step's status is read from
 its sentinel (`completed` or `not_applicable`); a step without its file is `blocked` when its
 rule ran and failed (its log ends with `rlkeep: <reason>`), else `pending`.
 """
@@ -10,59 +10,32 @@ from __future__ import annotations
 import functools
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
-from rlkeep.records import JobRecord
+from rlkeep.kinds import spec_for
+from rlkeep.metrics import without_metrics_markdown
+from rlkeep.records import JobRecord, load_record
+from rlkeep.tracker import tracker_of
 
 if TYPE_CHECKING:
+    from rlkeep.pipeline import Step
     from rlkeep.steps import StepContext
 
 
-@dataclass(frozen=True)
-class Step:
-    name: str  # the rule that makes it
-    evidence: str  # the file (relative to <job>/) whose status counts
-    remaining: str  # what an operator does when this step is blocked or pending
-    upstream: tuple[str, ...] = ()  # rules of this step only (e.g. staging) whose failure blocks it
-    # other steps whose evidence it takes when the record names publish destinations (without them
-    # the publication steps only write not_applicable): it is blocked while one of them is
-    needs: tuple[str, ...] = ()
+def _steps() -> tuple[Step, ...]:
+    """The steps DONE reports on (rlkeep.pipeline.STEPS), in table order."""
+    from rlkeep.pipeline import STEPS  # the table imports every step module, this one too (done_step)
+
+    return STEPS
 
 
-STEPS: tuple[Step, ...] = (
-    Step("capture_chain", "chain.json", "make the Iris chain readable (iris on PATH, cluster reachable) and rerun"),
-    Step("stop_retries", "retries.json", "stop the run's pending retries, then rerun"),
-    Step("sync_logs", "sync/logs.manifest.json", "make every attempt's trainer log readable, then rerun"),
-    Step("sync_traces", "sync/trace_jobs.manifest.json",
-         "fix the trace prefix or the skip policy named in the log, then rerun"),
-    Step("list_checkpoints", "checkpoint/candidates.json", "make the store's ckpts/ and exports/ listable, then rerun"),
-    Step("metric_surface", "metrics/metrics.csv", "fix the trainer log named in the log, then rerun"),
-    Step("trial_table", "metrics/trials.csv", "fix the trace tarball named in the log (rerun sync_traces), then rerun"),
-    Step("select_checkpoint", "checkpoint/selected.json",
-         "declare checkpoint.rule in the record (ema_max, latest or step) from the listed candidates, then rerun"),
-    Step("export_model", "export.json",
-         "consolidate the selected checkpoint as the log says (an export job for Megatron), then rerun"),
-    Step("publish_model", "verify/model_upload.json",
-         "fix the publication problem named in the log (staging is kept), then rerun: the upload resumes",
-         upstream=("stage_model",)),
-    Step("publish_traces", "verify/traces.json", "fix the trace dataset problem named in the log (coverage, Hub), then rerun",
-         upstream=("stage_traces",), needs=("sync_traces",)),
-    Step("link_model_card", "verify/model.json",
-         "the model card links the trace dataset only once verify/traces.json exists: fix what holds the traces "
-         "back (named in the reason), then rerun; the link is one commit that changes README.md only",
-         needs=("publish_model", "publish_traces")),
-    Step("register", "register.json", "resolve the registry problem named in the log, then rerun"),
-    Step("archive", "archive/MANIFEST", "fix the archive problem named in the log, then rerun"),
-    Step("verify_archive", "verify/archive.json",
-         "make archive.dest reachable or fix the mismatch named in the log, then rerun"),
-    Step("reclaim", "reclaim.json", "rerun with --config reclaim_authorized=<job> once every verification passed"),
-)
+def _step(name: str) -> Step:
+    from rlkeep.pipeline import STEP_BY_NAME  # see _steps
 
-
-STEP_BY_NAME = {step.name: step for step in STEPS}
+    return STEP_BY_NAME[name]
 
 
 def step_status(job_dir: Path, step: Step, publishing: bool = True) -> dict[str, Any]:
@@ -81,7 +54,7 @@ def step_status(job_dir: Path, step: Step, publishing: bool = True) -> dict[str,
         if held is not None:
             root, info = held
             return {"status": "blocked", "blocked_by": root, "log": info["log"], "remaining": step.remaining,
-                    "reason": f"waits for {STEP_BY_NAME[name].evidence} ({name}); {root} is blocked: {info['reason']}"}
+                    "reason": f"waits for {_step(name).evidence} ({name}); {root} is blocked: {info['reason']}"}
     for rule in (*step.upstream, step.name):
         reason = last_error(job_dir / "logs" / f"{rule}.log")
         if reason is not None:
@@ -91,11 +64,11 @@ def step_status(job_dir: Path, step: Step, publishing: bool = True) -> dict[str,
 
 def _blocked_need(job_dir: Path, name: str) -> tuple[str, dict[str, Any]] | None:
     """(the step at the root of the blockage, its status) when step `name` is blocked."""
-    info = step_status(job_dir, STEP_BY_NAME[name])
+    info = step_status(job_dir, _step(name))
     if info["status"] != "blocked":
         return None
     root = info.get("blocked_by", name)
-    return root, step_status(job_dir, STEP_BY_NAME[root]) if root != name else info
+    return root, step_status(job_dir, _step(root)) if root != name else info
 
 
 def last_error(log_path: Path) -> str | None:
@@ -116,11 +89,10 @@ def last_error(log_path: Path) -> str | None:
 
 def collect_steps(job_dir: Path, kind: str | None = None, publishing: bool = True) -> dict[str, dict[str, Any]]:
     """Every step's status; a step the run's kind does not have is not_applicable (rlkeep.kinds)."""
-    from rlkeep.kinds import spec_for
 
     spec = spec_for(kind)
     return {step.name: step_status(job_dir, step, publishing) if spec.applies(step.name) else
-            {"status": "not_applicable", "reason": f"does not apply to a {spec.name} run"} for step in STEPS}
+            {"status": "not_applicable", "reason": f"does not apply to a {spec.name} run"} for step in _steps()}
 
 
 @functools.lru_cache(maxsize=1)
@@ -266,10 +238,6 @@ def complete_candidates(job_dir: Path) -> list[int] | None:
     return sorted(int(c["step"]) for c in data.get("candidates", []) if isinstance(c, dict) and c.get("complete", True))
 
 
-VERIFY_STEPS = {"model_upload": "publish_model", "model": "link_model_card", "traces": "publish_traces",
-                "archive": "verify_archive"}
-
-
 def build_completion_record(job_dir: Path, record: JobRecord,
                             steps: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Everything the completion record states; every input file is optional, so a blocked run
@@ -283,6 +251,7 @@ def build_completion_record(job_dir: Path, record: JobRecord,
                     or _optional_json(job_dir / "verify" / "model_upload.json") or {})
     verify_traces = _optional_json(job_dir / "verify" / "traces.json") or {}
     verify_archive = _optional_json(job_dir / "verify" / "archive.json") or {}
+    verify_steps = {step.verify: step.name for step in _steps() if step.verify}
     register = _optional_json(job_dir / "register.json")
     reclaim = _optional_json(job_dir / "reclaim.json") or {}
     remaining = [
@@ -291,7 +260,6 @@ def build_completion_record(job_dir: Path, record: JobRecord,
         if info["status"] not in {"completed", "not_applicable"}
     ]
     publish = record.publish or {}
-    from rlkeep.tracker import tracker_of
 
     tracker_url, tracker_url_source = tracker_of(record, job_dir)  # the record's URL always wins
     archive_dest = verify_archive.get("dest") or (record.archive or {}).get("dest")
@@ -322,7 +290,7 @@ def build_completion_record(job_dir: Path, record: JobRecord,
         "registration": register if register is not None else None,
         "metrics": sorted(f"metrics/{p.name}" for p in (job_dir / "metrics").glob("*") if p.is_file()),
         "verification": {name: ((_optional_json(job_dir / "verify" / f"{name}.json") or {}).get("status")
-                                or steps.get(VERIFY_STEPS[name], {}).get("status"))
+                                or steps.get(verify_steps[name], {}).get("status"))
                          if name in record.spec.verify_sentinels else "not_applicable"
                          for name in ("model_upload", "model", "traces", "archive")},
         "reclaimed": {"bytes": reclaim.get("deleted_bytes", 0), "keys": reclaim.get("deleted_keys", 0),
@@ -332,8 +300,6 @@ def build_completion_record(job_dir: Path, record: JobRecord,
 
 
 def render_report(done: dict[str, Any]) -> str:
-    from rlkeep.metrics import without_metrics_markdown
-
     lines = [f"# rlkeep completion record: {done['job']}", ""]
     lines.append(f"- Kind: {done.get('kind', 'rl')}")
     lines.append(f"- Terminal state: **{done['terminal_state']}**")
@@ -385,7 +351,7 @@ def render_report(done: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_done(ctx: StepContext) -> None:
+def done_step(ctx: StepContext) -> None:
     done = build_completion_record(ctx.job_dir, ctx.record)
     done["completed_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     atomic_write_bytes(ctx.outputs["report"], render_report(done).encode("utf-8"))
@@ -416,7 +382,7 @@ def build_status(job_dir: Path, kind: str | None = None, *, record: JobRecord | 
         by_status.setdefault(info["status"], []).append(name)
     remaining = [
         {"step": name, "status": info["status"], "reason": info.get("reason"), "remaining": info.get("remaining"),
-         "command": continue_command(job_dir.name, STEP_BY_NAME[name], invocation)}
+         "command": continue_command(job_dir.name, _step(name), invocation)}
         for name, info in steps.items()
         if info["status"] in {"blocked", "pending"}
     ]
@@ -439,8 +405,6 @@ def build_status(job_dir: Path, kind: str | None = None, *, record: JobRecord | 
 def _record_of(record_file: Path) -> JobRecord | None:
     """The job's record; None when it cannot be read: STATUS.json is then written with every step
     of the default kind, and the record's own error stops the run."""
-    from rlkeep.errors import RlkeepError
-    from rlkeep.records import load_record
 
     try:
         return load_record(record_file)

@@ -1,5 +1,10 @@
 """Scheduler access: Iris or SLURM through their command lines, or `none` (logs come from the store).
 
+The pipeline sees one interface, `scheduler_for(record)` -> Scheduler (IrisScheduler,
+SlurmScheduler, NoScheduler): `capture` (chain.json's attempts), `stop_retries` (retries.json,
+through the one exact-stop loop `stop_each`), and where an attempt's trainer log is read
+(`log_cli`, `stdout_paths`; rlkeep.sync). A new scheduler is one more subclass in SCHEDULERS.
+
 Iris (shared/reference/iris-cli.md): the `iris job …` command line changed several times, so
 rlkeep reads what the installed CLI offers (`iris job --help`, `iris job <cmd> --help`, once
 per process) and picks, never guesses:
@@ -38,15 +43,17 @@ import re
 import shutil
 import subprocess
 import time
+from abc import ABC, abstractmethod
 from calendar import timegm
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar
 
 from rlkeep.errors import BlockedError, RlkeepError, SchedulerError
-from rlkeep.records import load_record
-
-if TYPE_CHECKING:
-    from rlkeep.steps import StepContext
+from rlkeep.jsonio import read_json, write_json
+from rlkeep.records import JobRecord, load_record
+from rlkeep.steps import StepContext, not_applicable, sentinel
+from rlkeep.storage import open_store
 
 TERMINAL_STATES = {"succeeded", "failed", "killed", "worker_failed", "unschedulable"}
 PENDING_STATES = {"pending", "building"}
@@ -616,28 +623,41 @@ class SlurmCli:
 
 def stop_pending_slurm(slurm: SlurmCli, chain: list[dict[str, Any]], user: str) -> list[dict[str, Any]]:
     """`scancel` the chain's pending (requeued) attempts by exact id; they must be the record's user's."""
-    running = [entry["id"] for entry in chain if entry["state"] in SLURM_RUNNING_STATES]
-    if running:
-        raise SchedulerError(
-            f"SLURM job {running[0]} is still running; rlkeep preserves finished runs: wait for it to end or stop it yourself"
-        )
-    stopped = []
-    for entry in chain:
-        if entry["state"] not in SLURM_PENDING_STATES:
-            continue
+    _refuse_running([entry["id"] for entry in chain if entry["state"] in SLURM_RUNNING_STATES], "SLURM job")
+    pending = [entry for entry in chain if entry["state"] in SLURM_PENDING_STATES]
+    for entry in pending:
         owner = entry.get("user")
         if owner and owner != user:
             raise SchedulerError(f"SLURM job {entry['id']} is pending but belongs to {owner}, not the record's user "
                                  f"{user}; nothing was cancelled")
-        output = slurm.cancel(entry["id"])
-        after = slurm.show(entry["id"])
+
+    def ended(job_id: str) -> dict[str, Any]:
+        after = slurm.show(job_id)
         if after["state"] not in SLURM_TERMINAL_STATES:
-            raise SchedulerError(f"scancel {entry['id']}: the job is still {after['state']} afterwards")
+            raise SchedulerError(f"scancel {job_id}: the job is still {after['state']} afterwards")
+        return after
+
+    return stop_each(pending, slurm.cancel, ended)
+
+
+def _refuse_running(running: list[str], what: str) -> None:
+    if running:
+        raise SchedulerError(
+            f"{what} {running[0]} is still running; rlkeep preserves finished runs: wait for it to end or stop it yourself"
+        )
+
+
+def stop_each(pending: list[dict[str, Any]], stop: Callable[[str], str], ended: Callable[[str], dict[str, Any]],
+              extra: Callable[[dict[str, Any]], dict[str, Any]] = lambda entry: {}) -> list[dict[str, Any]]:
+    """The one stop loop: stop each pending chain entry by its exact id, then confirm it ended
+    (`ended` raises when it did not); the retries.json entry of each."""
+    stopped = []
+    for entry in pending:
+        output = stop(entry["id"])
+        after = ended(entry["id"])
         stopped.append({"id": entry["id"], "state_before": entry["state"], "state_after": after["state"],
-                        "stop_output": output.strip()})
+                        "stop_output": output.strip(), **extra(entry)})
     return stopped
-
-
 
 
 # --------------------------------------------------------------------------- Iris: stops and unrecorded attempts
@@ -684,11 +704,7 @@ def stop_pending_retries(iris: IrisCli, chain: list[dict[str, Any]], *, named: s
     named = {entry["id"] for entry in chain} if named is None else named
     wait_s = _env_number("RLKEEP_IRIS_STOP_WAIT_S", STOP_WAIT_S) if wait_s is None else wait_s
     poll_s = _env_number("RLKEEP_IRIS_STOP_POLL_S", STOP_POLL_S) if poll_s is None else poll_s
-    running = [entry["id"] for entry in chain if entry["state"] in UNFINISHED_STATES - PENDING_STATES]
-    if running:
-        raise SchedulerError(
-            f"attempt {running[0]} is still running; rlkeep preserves finished runs: wait for it to end or stop it yourself"
-        )
+    _refuse_running([entry["id"] for entry in chain if entry["state"] in UNFINISHED_STATES - PENDING_STATES], "attempt")
     pending = [entry for entry in chain if entry["state"] in PENDING_STATES and entry["id"] in named]
     if not pending:
         return []
@@ -701,14 +717,9 @@ def stop_pending_retries(iris: IrisCli, chain: list[dict[str, Any]], *, named: s
             f"nothing was stopped: stopping a pending attempt would also cancel its unfinished children, which are "
             f"not attempts of this run ({named_children}); the controller cancels the unfinished descendants of a "
             "job that ends other than succeeded, whatever flag is passed. Let them finish or stop them yourself, then rerun")
-    stopped = []
-    for entry in pending:
-        output = iris.stop(entry["id"])
-        after = _wait_until_ended(iris, entry["id"], wait_s, poll_s)
-        stopped.append({"id": entry["id"], "state_before": entry["state"], "state_after": after["state"],
-                        "queued_retry": entry.get("queued_retry"), "stop_output": output.strip(),
-                        "stop_form": "iris job " + " ".join(iris.forms.stop or ()).format(job=entry["id"])})
-    return stopped
+    return stop_each(pending, iris.stop, lambda job_id: _wait_until_ended(iris, job_id, wait_s, poll_s),
+                     lambda entry: {"queued_retry": entry.get("queued_retry"),
+                                    "stop_form": "iris job " + " ".join(iris.forms.stop or ()).format(job=entry["id"])})
 
 
 def extends_run(job_id: str, roots: set[str]) -> bool:
@@ -759,13 +770,126 @@ def refuse_while_unrecorded_attempts_run(chain: dict[str, Any], record_file: str
             "id if it is still pending); otherwise let it end or stop it yourself, then rerun")
 
 
+# --------------------------------------------------------------------------- one interface, three schedulers
+
+
+class Scheduler(ABC):
+    """What the pipeline asks of the scheduler that ran a record's chain (`scheduler:` in the
+    record): the attempts' states for chain.json, the exact stop of pending retries for
+    retries.json, and where an attempt's trainer log can be read (rlkeep.sync)."""
+
+    name: ClassVar[str]
+    terminal_states: ClassVar[frozenset[str] | None] = None  # None: this scheduler reports no states
+
+    def __init__(self, record: JobRecord) -> None:
+        self.record = record
+
+    @abstractmethod
+    def capture(self, ctx: StepContext) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """(every attempt's chain.json entry in record order, the scheduler's own chain.json fields)."""
+
+    @abstractmethod
+    def stop_retries(self, chain: dict[str, Any]) -> dict[str, Any]:
+        """retries.json: the chain's pending retries stopped by exact id, nothing else."""
+
+    def all_terminal(self, attempts: list[dict[str, Any]]) -> bool | None:
+        if self.terminal_states is None:
+            return None
+        return all(attempt["state"] in self.terminal_states for attempt in attempts)
+
+    def log_cli(self) -> IrisCli | None:
+        """A command line that prints an attempt's log with proof of completeness, if there is one."""
+        return None
+
+    def stdout_paths(self, attempts: list[dict[str, Any]]) -> dict[str, str]:
+        """{attempt slug: the path its scheduler wrote its stdout to}, where the scheduler says one."""
+        return {}
+
+
+def _checked(chain: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"id": attempt["id"], "state": attempt["state"]} for attempt in chain["attempts"]]
+
+
+class IrisScheduler(Scheduler):
+    name = "iris"
+    terminal_states = frozenset(TERMINAL_STATES | {GONE})
+
+    def __init__(self, record: JobRecord) -> None:
+        super().__init__(record)
+        self.iris = IrisCli(record.cluster or "")
+
+    def capture(self, ctx: StepContext) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        record = self.record
+        self.iris.forms.require("status")
+        attempts = []
+        for job_id, slug in zip(record.chain, record.attempts):
+            entry = {"slug": slug, **self.iris.entry(job_id)}
+            if entry["state"] == GONE:
+                entry.update(_store_log(record, slug))
+            attempts.append(entry)
+        unrecorded, how = unrecorded_attempts(self.iris, record.user, record.job, list(record.chain),
+                                              chains_of_other_records(ctx))
+        return attempts, {"iris_cli": self.iris.forms.to_json(), "unrecorded": unrecorded, "unrecorded_check": how}
+
+    def stop_retries(self, chain: dict[str, Any]) -> dict[str, Any]:
+        stopped = stop_pending_retries(self.iris, chain["attempts"], named=set(self.record.chain))
+        return sentinel(
+            "completed", stopped=stopped, checked=_checked(chain),
+            not_stopped_unrecorded=[u["id"] for u in chain.get("unrecorded") or []],
+            note=(f"stopped exact ids only ({stopped[0]['stop_form'].replace(stopped[0]['id'], 'JOB')})" if stopped
+                  else "no pending retries"),
+        )
+
+    def log_cli(self) -> IrisCli | None:
+        return self.iris
+
+
+class SlurmScheduler(Scheduler):
+    name = "slurm"
+    terminal_states = frozenset(SLURM_TERMINAL_STATES)
+
+    def __init__(self, record: JobRecord) -> None:
+        super().__init__(record)
+        self.slurm = SlurmCli()
+
+    def capture(self, ctx: StepContext) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        return [{"slug": job_id, **self.slurm.show(job_id)} for job_id in self.record.chain], {}
+
+    def stop_retries(self, chain: dict[str, Any]) -> dict[str, Any]:
+        stopped = stop_pending_slurm(self.slurm, chain["attempts"], self.record.user)
+        return sentinel("completed", stopped=stopped, checked=_checked(chain),
+                        note="cancelled exact ids only (scancel <id>)" if stopped else "no pending retries")
+
+    def stdout_paths(self, attempts: list[dict[str, Any]]) -> dict[str, str]:
+        return {a["slug"]: a["stdout"] for a in attempts if a.get("stdout")}
+
+
+class NoScheduler(Scheduler):
+    """`scheduler: none`: no scheduler to ask; the logs come from the store."""
+
+    name = "none"
+
+    def capture(self, ctx: StepContext) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        return [{"slug": job_id.rsplit("/", 1)[-1], "id": job_id, "state": "unknown", "summary_format": "none"}
+                for job_id in self.record.chain], {}
+
+    def stop_retries(self, chain: dict[str, Any]) -> dict[str, Any]:
+        return not_applicable("scheduler none: nothing to cancel", stopped=[])
+
+
+SCHEDULERS: dict[str, type[Scheduler]] = {cls.name: cls for cls in (IrisScheduler, SlurmScheduler, NoScheduler)}
+
+
+def scheduler_for(record: JobRecord) -> Scheduler:
+    """The record's scheduler (records.py validated the name)."""
+    return SCHEDULERS[record.scheduler](record)
+
+
 # --------------------------------------------------------------------------- pipeline steps
 
 
-def _store_log(record: Any, slug: str) -> dict[str, Any]:
+def _store_log(record: JobRecord, slug: str) -> dict[str, Any]:
     """Where a gone attempt's log is still kept: the store's `<layout.logs>/<attempt>.out`, if there."""
-    from rlkeep.storage import open_store
-
     key = f"{record.layout['logs']}/{slug}.out"
     try:
         present = open_store(record.store).exists(key)
@@ -790,34 +914,12 @@ def chains_of_other_records(ctx: StepContext) -> dict[str, str]:
     return claimed
 
 
-def capture_chain(ctx: StepContext) -> None:
+def capture_chain_step(ctx: StepContext) -> None:
     """`<job>/chain.json`: every attempt in record order with its scheduler state, plus (Iris)
     the CLI forms used and the owner's unrecorded attempts of this run."""
-    from rlkeep.jsonio import write_json
-    from rlkeep.steps import sentinel
-
     record = ctx.record
-    attempts = []
-    extra: dict[str, Any] = {}
-    if record.scheduler == "iris":
-        iris = IrisCli(record.cluster or "")
-        iris.forms.require("status")
-        for job_id, slug in zip(record.chain, record.attempts):
-            entry = {"slug": slug, **iris.entry(job_id)}
-            if entry["state"] == GONE:
-                entry.update(_store_log(record, slug))
-            attempts.append(entry)
-        unrecorded, how = unrecorded_attempts(iris, record.user, record.job, list(record.chain),
-                                              chains_of_other_records(ctx))
-        extra = {"iris_cli": iris.forms.to_json(), "unrecorded": unrecorded, "unrecorded_check": how}
-    elif record.scheduler == "slurm":
-        slurm = SlurmCli()
-        for job_id in record.chain:
-            attempts.append({"slug": job_id, **slurm.show(job_id)})
-    else:
-        for job_id in record.chain:
-            attempts.append({"slug": job_id.rsplit("/", 1)[-1], "id": job_id, "state": "unknown",
-                             "summary_format": "none"})
+    scheduler = scheduler_for(record)
+    attempts, extra = scheduler.capture(ctx)
     evidence = {
         "job": record.job,
         "scheduler": record.scheduler,
@@ -825,40 +927,12 @@ def capture_chain(ctx: StepContext) -> None:
         "attempts": attempts,
         "tracker_url": record.tracker_url,
         "kind": record.kind,
-        "terminal": _all_terminal(record.scheduler, attempts),
+        "terminal": scheduler.all_terminal(attempts),
         **extra,
     }
     write_json(ctx.outputs["chain"], sentinel("completed", **evidence))
 
 
-def _all_terminal(scheduler: str, attempts: list[dict[str, Any]]) -> bool | None:
-    terminal = {"iris": TERMINAL_STATES | {GONE}, "slurm": SLURM_TERMINAL_STATES}.get(scheduler)
-    return None if terminal is None else all(a["state"] in terminal for a in attempts)
-
-
-def stop_retries(ctx: StepContext) -> None:
+def stop_retries_step(ctx: StepContext) -> None:
     """`<job>/retries.json`: stop the chain's pending retries by exact id, nothing else."""
-    from rlkeep.jsonio import read_json, write_json
-    from rlkeep.steps import not_applicable, sentinel
-
-    chain = read_json(ctx.inputs["chain"])
-    if ctx.record.scheduler == "slurm":
-        stopped = stop_pending_slurm(SlurmCli(), chain["attempts"], ctx.record.user)
-        write_json(ctx.outputs["retries"], sentinel(
-            "completed", stopped=stopped,
-            checked=[{"id": a["id"], "state": a["state"]} for a in chain["attempts"]],
-            note="cancelled exact ids only (scancel <id>)" if stopped else "no pending retries",
-        ))
-        return
-    if ctx.record.scheduler != "iris":
-        write_json(ctx.outputs["retries"], not_applicable("scheduler none: nothing to cancel", stopped=[]))
-        return
-    iris = IrisCli(ctx.record.cluster or "")
-    stopped = stop_pending_retries(iris, chain["attempts"], named=set(ctx.record.chain))
-    write_json(ctx.outputs["retries"], sentinel(
-        "completed", stopped=stopped,
-        checked=[{"id": a["id"], "state": a["state"]} for a in chain["attempts"]],
-        not_stopped_unrecorded=[u["id"] for u in chain.get("unrecorded") or []],
-        note=(f"stopped exact ids only ({stopped[0]['stop_form'].replace(stopped[0]['id'], 'JOB')})" if stopped
-              else "no pending retries"),
-    ))
+    write_json(ctx.outputs["retries"], scheduler_for(ctx.record).stop_retries(read_json(ctx.inputs["chain"])))

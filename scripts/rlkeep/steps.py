@@ -1,32 +1,32 @@
 """The thin edge between a Snakemake rule and the package.
 
-Every rule runs `scripts/run_step.py` with `params: run="rlkeep.<module>:<function>"`; that
-adapter calls `run_from_snakemake`, which builds a StepContext (job, validated record, named
-inputs and outputs, settings) and calls the function. An RlkeepError ends the step with its
+Every rule runs `scripts/run_step.py`; that adapter calls `run_from_snakemake`, which finds the
+rule's row in rlkeep.pipeline's table by `snakemake.rule`, builds a StepContext (job, validated
+record, named inputs and outputs, settings) and calls the row's function. An RlkeepError ends the step with its
 message as the log's last line (`rlkeep: ...`) and exit status 1; the outputs are left
 unwritten, so Snakemake records the step as failed and a rerun resumes there.
 """
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
-import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlkeep.diskspace import is_no_space, no_space_message
 from rlkeep.errors import RlkeepError, StepTerminated
 from rlkeep.records import JobRecord, load_record, record_path
+from rlkeep.regions import Region, compare
 
 if TYPE_CHECKING:
-    from rlkeep.regions import Region
+    from rlkeep.pipeline import Step
 
 log = logging.getLogger("rlkeep")
 
@@ -40,7 +40,6 @@ class StepContext:
     outputs: dict[str, Path]
     settings: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
-    threads: int = 1
 
     @property
     def job_dir(self) -> Path:
@@ -53,18 +52,18 @@ class StepContext:
         return path
 
     def authorized(self, key: str) -> bool:
-        """Authority granted on the command line for exactly this job (`--config key=<job>`)."""
-        value = self.config.get(key)
-        if isinstance(value, (list, tuple)):
-            return self.job in [str(v) for v in value]
-        return value is not None and str(value) == self.job
+        """Authority granted on the command line for this job (see is_authorized)."""
+        return is_authorized(self.config, key, self.job)
 
 
-def resolve(target: str) -> Callable[[StepContext], Any]:
-    module_name, _, function_name = target.partition(":")
-    if not module_name.startswith("rlkeep.") or not function_name:
-        raise RlkeepError(f"step target {target!r}: expected rlkeep.<module>:<function>")
-    return getattr(importlib.import_module(module_name), function_name)
+def is_authorized(config: Mapping[str, Any], key: str, job: str) -> bool:
+    """Authority granted on the command line for `job`: `--config key=<job>` names exactly this job;
+    a list (`--config 'key=[<job>, <other>]'`) grants it to each job it names. The Snakefile
+    (rules/common.smk) and the steps (StepContext.authorized) both ask this function."""
+    value = config.get(key)
+    if isinstance(value, (list, tuple)):
+        return job in [str(item) for item in value]
+    return value is not None and str(value) == job
 
 
 def configure_logging(stream: Any = None) -> None:
@@ -113,20 +112,20 @@ def _remove_outputs(ctx: StepContext) -> None:
             path.unlink(missing_ok=True)
 
 
-def run_step(target: str, ctx: StepContext) -> int:
+def run_step(step: Step, ctx: StepContext) -> int:
+    """Run one row of the step table; the exit status of the step (0, 1, or 128 + a stop signal)."""
+    target = f"{step.name} ({step.function.__module__}:{step.function.__name__})"
     started = time.monotonic()
     log.info("step %s for job %s", target, ctx.job)
     try:
         with stop_signals_raise():
-            resolve(target)(ctx)
+            step.function(ctx)
     except RlkeepError as error:
         _remove_outputs(ctx)
         log.error("step %s failed after %.1fs", target, time.monotonic() - started)
         print(f"rlkeep: {error}", file=sys.stderr, flush=True)
         return 1
     except OSError as error:
-        from rlkeep.diskspace import is_no_space, no_space_message
-
         if not is_no_space(error):
             raise
         _remove_outputs(ctx)
@@ -161,31 +160,36 @@ def context_from_snakemake(smk: Any) -> StepContext:
         outputs=named(smk.output),
         settings=dict(smk.params.get("settings") or {}),
         config=config,
-        threads=int(smk.threads),
     )
 
 
 def run_from_snakemake(smk: Any) -> None:
-    """Entry point of scripts/run_step.py: log to the rule's log file, exit with the step's status."""
+    """Entry point of scripts/run_step.py: run the function of the rule's row in rlkeep.pipeline's
+    table, log to the rule's log file, exit with the step's status."""
+    from rlkeep.pipeline import step_for_rule  # the table imports every step module, which import this one
+
     log_path = Path(smk.log[0])
     log_path.parent.mkdir(parents=True, exist_ok=True)
     stream = open(log_path, "a", buffering=1, encoding="utf-8", errors="replace")
     sys.stdout = sys.stderr = stream
     configure_logging(stream)
     try:
+        step = step_for_rule(smk.rule)
         ctx = context_from_snakemake(smk)
     except RlkeepError as error:
         print(f"rlkeep: {error}", file=stream, flush=True)
         sys.exit(1)
-    status = run_step(smk.params["run"], ctx)
+    status = run_step(step, ctx)
     stream.flush()
     sys.exit(status)
 
 
 def cli_main(argv: list[str]) -> int:
-    """`rlkeep step MODULE:FUNCTION --job J`: run one step by hand, outside Snakemake."""
+    """`rlkeep step RULE --job J`: run one step by hand, outside Snakemake."""
+    from rlkeep.pipeline import step_for_target  # see run_from_snakemake
+
     parser = argparse.ArgumentParser(prog="rlkeep step")
-    parser.add_argument("target", help="rlkeep.<module>:<function>")
+    parser.add_argument("target", help="the rule's name (rlkeep.pipeline), or rlkeep.<module>:<function>")
     parser.add_argument("--job", required=True)
     parser.add_argument("--records", default="records")
     parser.add_argument("--input", action="append", default=[], metavar="NAME=PATH")
@@ -196,6 +200,7 @@ def cli_main(argv: list[str]) -> int:
         return {name: Path(path) for name, _, path in (item.partition("=") for item in items)}
 
     configure_logging()
+    step = step_for_target(args.target)
     ctx = StepContext(
         job=args.job,
         record=load_record(record_path(args.records, args.job)),
@@ -203,7 +208,7 @@ def cli_main(argv: list[str]) -> int:
         inputs=pairs(args.input),
         outputs=pairs(args.output),
     )
-    return run_step(args.target, ctx)
+    return run_step(step, ctx)
 
 
 def sentinel(status: str, **evidence: Any) -> dict[str, Any]:
@@ -217,15 +222,6 @@ def not_applicable(reason: str, **evidence: Any) -> dict[str, Any]:
     return sentinel("not_applicable", reason=reason, **evidence)
 
 
-def settings_of(ctx: StepContext, key: str, default: Any) -> Any:
-    value: Any = ctx.settings
-    for part in key.split("."):
-        if not isinstance(value, Mapping) or part not in value:
-            return default
-        value = value[part]
-    return value
-
-
 def check_transfer(ctx: StepContext, *, nbytes: int, what: str, source: Region | None = None,
                    dest: Region | None = None) -> dict[str, Any]:
     """Stop a large or cross-region transfer before it starts, unless this invocation allows it.
@@ -236,8 +232,6 @@ def check_transfer(ctx: StepContext, *, nbytes: int, what: str, source: Region |
     evidence for the step's sentinel: the regions compared and their sources, and whether the
     allowance was used.
     """
-    from rlkeep.regions import Region, compare  # regions -> storage: imported when a transfer is checked
-
     source = source or Region(None, "not looked up for this transfer")
     dest = dest or Region(None, "not looked up for this transfer")
     crossing = compare(source, dest)

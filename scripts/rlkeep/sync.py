@@ -20,17 +20,15 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from rlkeep.errors import RlkeepError
-from rlkeep.jsonio import write_json
+from rlkeep.jsonio import read_json, write_json
 from rlkeep.regions import store_to_local
 from rlkeep.diskspace import TAR_OVERHEAD_PER_MEMBER, require_free
-from rlkeep.steps import check_transfer
+from rlkeep.scheduler import IrisCli, JobGoneError, LogFetch, scheduler_for
+from rlkeep.steps import StepContext, check_transfer
 from rlkeep.storage import ObjectDenied, ObjectInfo, Store, fetch_in_order, open_store
-
-if TYPE_CHECKING:
-    from rlkeep.steps import StepContext
 
 log = logging.getLogger(__name__)
 
@@ -301,7 +299,7 @@ def enforce_skip_policy(skipped: list[dict[str, Any]], policy: dict[str, Any], w
 # --------------------------------------------------------------------------- the trace tree
 
 
-def sync_traces(ctx: StepContext) -> None:
+def sync_traces_step(ctx: StepContext) -> None:
     """`<job>/sync/trace_jobs.tar` + manifest: the whole trace prefix, member names relative to it."""
     settings = ctx.settings
     spec = ctx.record.spec
@@ -382,10 +380,12 @@ def trainer_logs(ctx: StepContext, store: Store) -> Iterator[tuple[str, bytes | 
     store sync already captures every `.out`).
     """
     record = ctx.record
-    if record.scheduler == "iris":
-        yield from _iris_trainer_logs(ctx, store)
+    scheduler = scheduler_for(record)
+    cli = scheduler.log_cli()
+    if cli is not None:
+        yield from _cli_trainer_logs(ctx, store, cli)
         return
-    stdout_paths = _stdout_paths(ctx) if record.scheduler == "slurm" else {}
+    stdout_paths = scheduler.stdout_paths(_chain_attempts(ctx))
     for slug in record.attempts:
         tried = []
         path = stdout_paths.get(slug)
@@ -407,11 +407,9 @@ def trainer_logs(ctx: StepContext, store: Store) -> Iterator[tuple[str, bytes | 
         yield slug, None, "not found at " + "; ".join(tried), {}
 
 
-def _iris_trainer_logs(ctx: StepContext, store: Store) -> Iterator[tuple[str, bytes | None, str, dict[str, Any]]]:
-    from rlkeep.scheduler import IrisCli, JobGoneError, LogFetch
-
+def _cli_trainer_logs(ctx: StepContext, store: Store,
+                      iris: IrisCli) -> Iterator[tuple[str, bytes | None, str, dict[str, Any]]]:
     record = ctx.record
-    iris = IrisCli(record.cluster or "")
     for job_id, slug in zip(record.chain, record.attempts):
         gone = False
         try:
@@ -448,16 +446,10 @@ def _iris_trainer_logs(ctx: StepContext, store: Store) -> Iterator[tuple[str, by
 
 def _chain_attempts(ctx: StepContext) -> list[dict[str, Any]]:
     """The attempts of chain.json (an input of sync_logs), each with its slug."""
-    from rlkeep.jsonio import read_json
-
     chain_path = ctx.inputs.get("chain")
     if chain_path is None or not Path(chain_path).is_file():
         return []
     return [a for a in read_json(chain_path).get("attempts", []) if isinstance(a, dict) and a.get("slug")]
-
-
-def _stdout_paths(ctx: StepContext) -> dict[str, str]:
-    return {a["slug"]: a["stdout"] for a in _chain_attempts(ctx) if a.get("stdout")}
 
 
 def line_count(data: bytes) -> int:
@@ -470,7 +462,7 @@ def _attempt_states(ctx: StepContext) -> dict[str, str]:
     return {str(a["slug"]): str(a.get("state", "unknown")) for a in _chain_attempts(ctx)}
 
 
-def sync_logs(ctx: StepContext) -> None:
+def sync_logs_step(ctx: StepContext) -> None:
     """`<job>/sync/logs.tar` + manifest: trainer logs per attempt + every durable non-weight artifact."""
     settings = ctx.settings
     record = ctx.record

@@ -60,8 +60,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rlkeep.errors import RlkeepError
-from rlkeep.jsonio import dumps, write_json
+from rlkeep.hub import REPO_ID_RE, replace_trace_shards, verify_trace_publication
+from rlkeep.jsonio import dumps, read_json, write_json
 from rlkeep.jsonskim import SkimError, pick_members
+from rlkeep.redaction import redactor_from_environment
+from rlkeep.steps import StepContext
 from rlkeep.trace_card import CARD_MARKER, CARD_NAME, CardInfo, render_card
 from rlkeep.trace_rows import (
     COLUMNS, CONVERSATION_TYPE, MAIN_SOURCE, SHAREGPT_COLUMN, SHAREGPT_TYPE, SHARD_NAME, TEXT_COLUMNS, Context,
@@ -907,7 +910,6 @@ def export_rows(trials: Iterable[TrialContent], data_dir: Path, *, episodes: str
 
 
 def _environment_redactor() -> TextRedactor:
-    from rlkeep.redaction import redactor_from_environment
     return redactor_from_environment()
 
 
@@ -1093,8 +1095,6 @@ def build_trace_dataset(source: Path, out_dir: Path, *, episodes: str = "last", 
 
 # --------------------------------------------------------------------------- CLI
 
-_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-
 
 def _coverage_arg(text: str) -> float:
     try:
@@ -1148,8 +1148,6 @@ def _summary(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def _publish(stage: Path, repo_id: str, *, private: bool, manifest: dict[str, Any]) -> dict[str, Any]:
-    from rlkeep.hub import replace_trace_shards, verify_trace_publication
-
     publication = replace_trace_shards(
         stage, repo_id, private=private, endpoint=None, token=None,
         commit_message=f"Replace trace export with {manifest['row_count']} rows")
@@ -1159,11 +1157,11 @@ def _publish(stage: Path, repo_id: str, *, private: bool, manifest: dict[str, An
 
 def cli_main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    if not _REPO_ID.match(args.repo_id):
+    if not REPO_ID_RE.match(args.repo_id):
         raise RlkeepError(f"--repo-id must be ORG/NAME, not {args.repo_id!r}")
     if args.trials_per_shard < 1:
         raise RlkeepError("--trials-per-shard must be at least 1")
-    if args.model_repo is not None and not _REPO_ID.match(args.model_repo):
+    if args.model_repo is not None and not REPO_ID_RE.match(args.model_repo):
         raise RlkeepError(f"--model-repo must be ORG/NAME, not {args.model_repo!r}")
     options = dict(episodes=args.episodes, filter=args.filter, min_coverage=args.min_coverage,
                    trials_per_shard=args.trials_per_shard, source_sha256=args.source_sha256,
@@ -1207,10 +1205,9 @@ def _flag(settings: dict[str, Any], key: str) -> bool:
     return value
 
 
-def stage_traces_step(ctx: Any) -> None:
+def stage_traces_step(ctx: StepContext) -> None:
     """`<job>/stage/traces/`: the dataset rebuilt from the full synced tree (never a monitor sample),
     gated on coverage before anything can be uploaded."""
-    from rlkeep.jsonio import read_json
 
     sync_manifest = read_json(ctx.inputs["manifest"])
     settings = ctx.settings

@@ -32,14 +32,14 @@ import json, sys, time
 from pathlib import Path
 from rlkeep.records import validate_record_data
 from rlkeep.steps import StepContext
-from rlkeep.sync import sync_traces
+from rlkeep.sync import sync_traces_step
 store, out, workers = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
 record = validate_record_data({"job": "bench", "user": "bench", "scheduler": "none", "chain": ["/bench/bench"],
     "store": store, "checkpoint": {"interval": 20}}, Path("records/bench.yaml"))
 ctx = StepContext(job="bench", record=record, data_root=out, inputs={},
     outputs={"tar": out / "trace_jobs.tar", "manifest": out / "trace_jobs.manifest.json"},
     settings={"workers": workers, "max_inflight_mb": 128, "skip_policy": {}})
-start = time.monotonic(); sync_traces(ctx); elapsed = time.monotonic() - start
+start = time.monotonic(); sync_traces_step(ctx); elapsed = time.monotonic() - start
 print(json.dumps({"inner_seconds": elapsed}))
 """
 

@@ -11,7 +11,7 @@ from urllib.parse import unquote, urlparse
 
 import yaml
 
-from rlkeep.report import STEPS
+from rlkeep.pipeline import STEPS
 
 BLOCKED_REASON = "the store s3://runs/iris/rl-stuck is not listable: AccessDenied <script>alert(1)</script>"
 

@@ -1,0 +1,148 @@
+"""rlkeep.pipeline, the one step table: every rule has its row and nothing else names its function;
+the SLURM profile's sizes are the table's; one authorization answer for the Snakefile and the steps;
+and a data root made by the revision before the table (rules named their function in `params: run=`)
+plans "Nothing to be done" after the one-time migration README describes (`--touch`).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tarfile
+from io import BytesIO
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlkeep.errors import RlkeepError
+from rlkeep.kinds import KINDS
+from rlkeep.pipeline import PIPELINE, STEPS, slurm_resources, slurm_threads, step_for_rule, step_for_target
+from rlkeep.records import load_record
+from rlkeep.steps import StepContext, is_authorized
+from tests.conftest import REPO, run_snakemake, seed_example
+
+# The last revision whose rules named their function in `params: run=` (the data roots made by it
+# carry that string in every output's recorded params).
+BEFORE_TABLE = "3f7c52a"
+JOB = "rl-demo"
+
+
+def rule_names() -> set[str]:
+    result = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--list-rules"],
+                            capture_output=True, text=True, cwd=REPO, check=True)
+    return {line.strip() for line in result.stdout.splitlines() if line.strip()}
+
+
+def test_every_rule_has_one_row_and_no_rule_names_its_function() -> None:
+    names = [step.name for step in PIPELINE]
+    assert len(names) == len(set(names))
+    assert rule_names() - {"all", "campaign"} == set(names)  # campaign has its own adapter, all runs nothing
+    for smk in (REPO / "rules").glob("*.smk"):
+        assert "run=" not in smk.read_text(), smk  # the table, not a params string, picks the function
+    for step in PIPELINE:
+        assert step.function.__name__.endswith("_step"), step
+        assert step_for_rule(step.name) is step
+        assert step_for_target(f"{step.function.__module__}:{step.function.__name__}") is step
+        assert step.kinds <= set(KINDS), step
+    assert [step.name for step in STEPS] == [step.name for step in PIPELINE if step.evidence]
+    with pytest.raises(RlkeepError, match="no row in rlkeep.pipeline.PIPELINE"):
+        step_for_rule("publish_modle")
+
+
+def test_the_slurm_profile_sizes_every_rule_as_the_table_does() -> None:
+    profile = yaml.safe_load((REPO / "profiles" / "slurm" / "profile.yaml").read_text())
+    assert profile["set-resources"] == slurm_resources()
+    assert profile["set-threads"] == slurm_threads()
+
+
+def test_installed_slurm_profile_fills_rules_the_file_does_not_size_from_the_table(tmp_path: Path,
+                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import rlkeep.profiles as profiles
+
+    fake_repo = tmp_path / "repo"
+    (fake_repo / "profiles" / "slurm").mkdir(parents=True)
+    (fake_repo / "Snakefile").write_text("")
+    (fake_repo / "profiles" / "slurm" / "profile.yaml").write_text(
+        "executor: slurm\nset-resources:\n  export_model: {mem_mb: 64000, runtime: 600}\n")
+    monkeypatch.setattr(profiles, "project_root", lambda: fake_repo)
+    written = yaml.safe_load(profiles.install_profiles(["slurm"], tmp_path / "out")[0].read_text())
+    assert written["set-resources"]["export_model"] == {"mem_mb": 64000, "runtime": 600}  # the operator's edit wins
+    assert written["set-resources"]["sync_traces"] == slurm_resources()["sync_traces"]
+    assert set(written["set-resources"]) == set(slurm_resources())
+    assert written["set-threads"] == slurm_threads()
+
+
+def context(tmp_path: Path, config: dict) -> StepContext:
+    record = tmp_path / "records" / f"{JOB}.yaml"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(yaml.safe_dump({"job": JOB, "user": "demo", "scheduler": "none", "chain": ["/demo/rl-demo"],
+                                      "store": "file:///data/rl-demo", "checkpoint": {"interval": 20}}))
+    return StepContext(job=JOB, record=load_record(record), data_root=tmp_path, inputs={}, outputs={}, config=config)
+
+
+@pytest.mark.parametrize(("value", "granted"), [
+    (JOB, True), ("rl-demo-b", False), ([JOB, "other"], True), (["other"], False), ((JOB,), True), (None, False),
+    ("", False), (f"{JOB},other", False),
+])
+def test_one_authorization_answer(tmp_path: Path, value: object, granted: bool) -> None:
+    config = {} if value is None else {"reclaim_authorized": value}
+    assert is_authorized(config, "reclaim_authorized", JOB) is granted
+    assert context(tmp_path, config).authorized("reclaim_authorized") is granted
+
+
+def old_revision(tmp_path: Path) -> Path:
+    """The revision before the table, extracted from this repository's history (git archive)."""
+    present = subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{BEFORE_TABLE}^{{commit}}"],
+                             capture_output=True)
+    if present.returncode != 0:
+        pytest.skip(f"commit {BEFORE_TABLE} is not in this clone's history (a shallow clone): the previous "
+                    "revision cannot be built")
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", BEFORE_TABLE, "Snakefile", "rules", "scripts", "config",
+                              "profiles", "report"], capture_output=True, check=True).stdout
+    root = tmp_path / "before-table"
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(root, filter="data")
+    return root
+
+
+def planned_rules(result: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line.split()[-1].rstrip(":") for line in (result.stdout + result.stderr).splitlines()
+            if line.strip().startswith(("rule ", "localrule "))]
+
+
+def test_a_data_root_of_the_previous_revision_plans_nothing_after_the_documented_touch(
+        tmp_path: Path, data_root: Path, bucket: str, iris) -> None:
+    old = old_revision(tmp_path)
+    seed_example(data_root, bucket, iris, n_trials=12)
+    made = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(old / "Snakefile"),
+                           "--profile", str(old / "profiles" / "local"), f"{JOB}/DONE"],
+                          cwd=data_root, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "PYTHONPATH": str(old / "scripts")})
+    assert made.returncode == 0, (made.stdout + made.stderr)[-6000:]
+    assert "run=" in (old / "rules" / "capture.smk").read_text()  # it is the revision the migration is for
+    done_before = (data_root / JOB / "DONE").read_bytes()
+    calls_before = iris.calls()
+
+    # Without the migration every finished step would run again: its recorded params held `run=`.
+    planned = run_snakemake(data_root, f"{JOB}/DONE", extra=("-n",))
+    assert planned.returncode == 0, planned.stderr
+    assert {"capture_chain", "sync_logs", "export_model", "archive", "reclaim", "done"} <= set(planned_rules(planned))
+    assert "params" in planned.stdout + planned.stderr
+
+    # The documented one-time step (README, migration notes): record the new params, run nothing.
+    touched = run_snakemake(data_root, f"{JOB}/DONE", extra=("--touch",))
+    assert touched.returncode == 0, touched.stderr
+    assert iris.calls() == calls_before  # no step ran: nothing was stopped, listed or uploaded again
+    assert (data_root / JOB / "DONE").read_bytes() == done_before
+
+    after = run_snakemake(data_root, f"{JOB}/DONE", extra=("-n",))
+    assert after.returncode == 0, after.stderr
+    assert "Nothing to be done" in after.stdout + after.stderr, planned_rules(after)
+
+    # The Snakefile asks the same authorization function: a list naming the job grants it (the
+    # reclaim's params change, so it would run), a list naming others does not.
+    granted = run_snakemake(data_root, f"{JOB}/DONE", extra=("-n",), config=(f"reclaim_authorized=[other, {JOB}]",))
+    assert "reclaim" in planned_rules(granted) and "capture_chain" not in planned_rules(granted)
+    refused = run_snakemake(data_root, f"{JOB}/DONE", extra=("-n",), config=("reclaim_authorized=[other]",))
+    assert "Nothing to be done" in refused.stdout + refused.stderr, planned_rules(refused)
