@@ -1,6 +1,6 @@
 """Every run kind the archive runbook covers (rl, sft, datagen, eval) through the real pipeline.
 
-The runs come from rlkeep.example.kinds; the stores are the real S3 server (SeaweedFS) or a
+The runs come from rlkeep_dev.example.kinds; the stores are the real S3 server (SeaweedFS) or a
 file:// tree; the SLURM commands are the real SlurmCli running stand-in `scontrol`, `sacct` and
 `scancel` executables that print real-format output (tests/data/slurm/ holds the samples).
 """
@@ -18,7 +18,7 @@ import yaml
 
 from rlkeep.archive import parse_manifest
 from rlkeep.errors import RecordError
-from rlkeep.example.kinds import write_datagen_run, write_eval_run, write_sft_run
+from rlkeep_dev.example.kinds import write_datagen_run, write_eval_run, write_sft_run
 from rlkeep.kinds import KINDS, spec_for
 from rlkeep.records import load_record
 from rlkeep.report import STEPS

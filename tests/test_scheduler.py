@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from rlkeep.devserver.iris import VERSIONS
+from rlkeep_dev.devserver.iris import VERSIONS
 from rlkeep.errors import BlockedError, SchedulerError
 from rlkeep.scheduler import (
     GONE,

@@ -8,7 +8,7 @@ endpoint).
 
 Xet is switched off for every call (`huggingface_hub.constants.HF_HUB_DISABLE_XET = True`, and
 HF_HUB_DISABLE_XET=1 for child processes): uploads then take the plain LFS protocol, which both the
-Hub and the local test server (rlkeep.devserver.hub) accept, and `upload_folder` makes one commit.
+Hub and the local test server (rlkeep_dev.devserver.hub) accept, and `upload_folder` makes one commit.
 
 Staging trees are published as they are except hidden paths (any component starting with '.'):
 Snakemake's `.snakemake_timestamp`, `.cache/` folders and half-written temp files stay local.

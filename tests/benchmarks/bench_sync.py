@@ -86,7 +86,7 @@ def main() -> int:
     args = parser.parse_args()
     count = args.objects or (1_000 if args.quick else 20_000)
     sys.path.insert(0, str(REPO / "scripts"))
-    from rlkeep.devserver.s3 import S3Server
+    from rlkeep_dev.devserver.s3 import S3Server
 
     aws = aws_cli()
     with tempfile.TemporaryDirectory(prefix="bench-sync-") as tmp, S3Server(Path(tmp) / "s3") as s3:

@@ -11,6 +11,7 @@ from tests.reliability import figures_log
 from tests.reliability.support import REPO
 
 PACKAGE = REPO / "scripts" / "rlkeep"
+DEV_PACKAGE = REPO / "scripts" / "rlkeep_dev"  # the dev servers and the demo start processes too
 RULE_FILES = sorted((REPO / "rules").glob("*.smk")) + [REPO / "Snakefile"]
 PROCESS_CALLS = {"run", "Popen", "call", "check_call", "check_output"}
 ALWAYS_SHELL = {("subprocess", "getoutput"), ("subprocess", "getstatusoutput"), ("os", "system"), ("os", "popen")}
@@ -90,7 +91,7 @@ def scan_source(source: str, where: str) -> tuple[int, list[str]]:
 
 def test_no_process_is_started_through_a_shell_or_from_a_string() -> None:
     problems, checked = [], 0
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted([*PACKAGE.rglob("*.py"), *DEV_PACKAGE.rglob("*.py")]):
         count, found = scan_source(path.read_text(), str(path.relative_to(REPO)))
         checked += count
         problems += found

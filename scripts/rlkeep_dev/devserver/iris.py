@@ -564,7 +564,7 @@ def install_executable(bin_dir: Path) -> Path:
     """Write an `iris` executable into bin_dir that runs this stand-in with this interpreter."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     path = bin_dir / "iris"
-    path.write_text(f"#!{sys.executable}\nimport sys\nfrom rlkeep.devserver.iris import main\nsys.exit(main())\n")
+    path.write_text(f"#!{sys.executable}\nimport sys\nfrom rlkeep_dev.devserver.iris import main\nsys.exit(main())\n")
     path.chmod(0o755)
     return path
 
