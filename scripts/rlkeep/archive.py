@@ -30,8 +30,9 @@ from typing import IO, Any
 
 from rlkeep.diskspace import TAR_OVERHEAD_PER_MEMBER, require_free
 from rlkeep.errors import RlkeepError
+from rlkeep.hashing import sha256_file
 from rlkeep.jsonio import atomic_write_bytes
-from rlkeep.storage import CHUNK, S3Store, Store, open_store, sha256_file
+from rlkeep.storage import CHUNK, S3Store, Store, open_store
 from rlkeep.sync import HashingWriter, tar_member
 
 log = logging.getLogger(__name__)

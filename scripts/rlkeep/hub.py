@@ -35,14 +35,14 @@ from huggingface_hub.errors import HfHubHTTPError
 from huggingface_hub.hf_api import RepoFile
 
 from rlkeep.errors import RlkeepError
+from rlkeep.hashing import sha256_file
+from rlkeep.tokenizer import TOKENIZER_REQUIREMENT, has_tokenizer
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 PUBLIC_HUB = "https://huggingface.co"
 ALLOWED_REMOTE_EXTRAS = frozenset({".gitattributes"})  # the Hub creates it with every repo
 CLIENT_BOOKKEEPING = ".cache/huggingface"  # written by snapshot_download(local_dir=...)
 UPLOAD_IGNORE_PATTERNS = [".*", "*/.*"]  # fnmatch '*' spans '/': any hidden path component
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
-BPE_TOKENIZER_PAIR = ("vocab.json", "merges.txt")
 TRACES_HEADING = "## Training Traces"
 CARD_NAME = "README.md"
 MANIFEST_NAME = "trace_export_manifest.json"
@@ -106,14 +106,6 @@ class FileDigest:
 def is_published_path(relpath: str) -> bool:
     """False for hidden paths (a component starting with '.'): never uploaded from staging."""
     return not any(part.startswith(".") for part in relpath.split("/"))
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def git_blob_sha1_file(path: Path) -> str:
@@ -222,10 +214,8 @@ def check_publication(model_dir: Path, *, endpoint: str | None = None,
     endpoint = endpoint if endpoint is not None else os.environ.get("HF_ENDPOINT")
     problems = _weight_problems(model_dir)
     problems += _config_problems(model_dir)
-    if not any((model_dir / name).is_file() for name in TOKENIZER_FILES) and not all(
-            (model_dir / name).is_file() for name in BPE_TOKENIZER_PAIR):
-        problems.append(f"{model_dir}: no tokenizer file (expected one of {', '.join(TOKENIZER_FILES)}, "
-                        f"or {' with '.join(BPE_TOKENIZER_PAIR)})")
+    if not has_tokenizer({path.name for path in model_dir.iterdir() if path.is_file()}):
+        problems.append(f"{model_dir}: no tokenizer file (expected {TOKENIZER_REQUIREMENT})")
     logs = model_dir / "training_logs"
     if not logs.is_dir():
         problems.append("training_logs/: missing (trainer logs and metrics must be published with the model)")

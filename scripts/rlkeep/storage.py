@@ -123,11 +123,6 @@ def _hash_stream(chunks: Iterable[bytes], sink: IO[bytes] | None) -> tuple[int, 
     return size, digest.hexdigest()
 
 
-def sha256_file(path: Path) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
-
-
 # --------------------------------------------------------------------------- file://
 
 
