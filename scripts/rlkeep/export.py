@@ -26,7 +26,6 @@ import hashlib
 import json
 import logging
 import math
-import mmap
 import os
 import re
 import shutil
@@ -36,12 +35,14 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from rlkeep.errors import RlkeepError
+from rlkeep.hashing import hash_range, sha256_file
 from rlkeep.jsonio import dumps
+from rlkeep.tokenizer import TOKENIZER_FILES, TOKENIZER_REQUIREMENT, has_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +54,6 @@ RANK_FILE = re.compile(r"model_world_size_(\d+)_rank_(\d+)\.pt")
 DEFAULT_MAX_SHARD_BYTES = 5 * 10**9
 TORCH_INSTALL_HINT = "pip install -e .[torch]"
 
-# Files that carry a vocabulary: at least one must be present for "a tokenizer is present".
-VOCABULARY_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model",
-                    "sentencepiece.bpe.model", "tiktoken.model")
-TOKENIZER_FILES = VOCABULARY_FILES + ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-                                      "merges.txt", "chat_template.jinja", "chat_template.json")
 # Remote-code models ship their classes next to config.json; they are part of the model folder.
 REMOTE_CODE_FILE = re.compile(r"(?:configuration|modeling|tokenization)_[A-Za-z0-9_]+\.py")
 CONFIG_FILES = ("config.json", "generation_config.json")
@@ -78,7 +74,6 @@ MAX_HEADER_BYTES = 100_000_000  # the safetensors reader's HeaderTooLarge limit
 COPY_CHUNK_BYTES = 64 << 20  # granularity of progress for the trailing hasher
 FLUSH_EVERY_BYTES = 256 << 20  # start writeback of a shard being written every this many bytes
 HASH_BUFFER_BYTES = 8 << 20
-HASH_WINDOW_BYTES = 32 << 20  # a multiple of mmap.ALLOCATIONGRANULARITY
 
 MEGATRON_EXPORT_JOB = (
     "a Megatron dist-checkpoint (torch_dist) holds tensor/pipeline-parallel shards under Megatron names; "
@@ -153,8 +148,8 @@ def _aux_problems(directory: str, names: Mapping[str, int]) -> list[str]:
     problems = []
     if "config.json" not in names:
         problems.append(f"no {_join(directory, 'config.json')}")
-    if not any(name in names for name in VOCABULARY_FILES):
-        problems.append(f"no tokenizer in {directory or '.'}/ (one of {', '.join(VOCABULARY_FILES)})")
+    if not has_tokenizer(names):
+        problems.append(f"no tokenizer in {directory or '.'}/ ({TOKENIZER_REQUIREMENT})")
     return problems
 
 
@@ -800,34 +795,12 @@ class _TrailingHasher:
                     limit, closed = self._written, self._closed
                 if os.fstat(fd).st_size < limit:
                     raise RlkeepError(f"{self.path}: shorter than the {limit} bytes written")
-                _hash_range(digest, fd, position, limit)
+                hash_range(digest, fd, position, limit)
                 position = limit
                 if closed and position >= self._written:
                     return digest.hexdigest()
         finally:
             os.close(fd)
-
-
-def _hash_range(digest: Any, fd: int, start: int, end: int) -> None:
-    """Feed bytes [start, end) of a file to digest straight from the page cache.
-
-    Mapped windows instead of read() copies: hashing is the CPU floor of consolidation, and a
-    copy into a buffer costs about a third again. Windows are unmapped as they are done, so the
-    pages never add up in the resident set. The file must not shrink meanwhile (ours only).
-    """
-    granularity = mmap.ALLOCATIONGRANULARITY
-    position = start
-    while position < end:
-        base = position - position % granularity
-        length = min(HASH_WINDOW_BYTES, end - base)
-        window = mmap.mmap(fd, length, prot=mmap.PROT_READ, offset=base)
-        try:
-            window.madvise(mmap.MADV_SEQUENTIAL)
-            with memoryview(window) as view:
-                digest.update(view[position - base:])
-        finally:
-            window.close()
-        position = base + length
 
 
 def _copy_range(src_fd: int, dst_fd: int, offset: int, length: int, dst_offset: int, src_path: Path) -> None:
@@ -904,7 +877,7 @@ class _Writer:
         if shard.reuse is not None:
             _link_or_copy(shard.reuse, target)
             self.reused.append(f"{shard.name} <- {shard.reuse}")
-            self.digests[shard.name] = self.pool.submit(_sha256_file, target)  # complete: nothing to trail
+            self.digests[shard.name] = self.pool.submit(sha256_file, target)  # complete: nothing to trail
             self._syncs.append(self._syncer.submit(_fsync_path, target))  # a link shares the source's pages
             return
         header = encode_safetensors_header([(t.name, t.dtype, t.shape, t.nbytes) for t in shard.tensors])
@@ -989,16 +962,6 @@ def _hash_pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=max(2, min(4, os.cpu_count() or 2)), thread_name_prefix="rlkeep-sha256")
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        _hash_range(digest, fd, 0, os.fstat(fd).st_size)
-    finally:
-        os.close(fd)
-    return digest.hexdigest()
-
-
 # --------------------------------------------------------------------------------------------
 # Verification
 # --------------------------------------------------------------------------------------------
@@ -1016,149 +979,214 @@ def verify_model(model_dir: str | os.PathLike[str], *, expected: Expected | None
         return _verify(Path(model_dir), expected, {}, pool)
 
 
+@dataclass
+class _Findings:
+    """What the checks of one model folder found: problems (all reported at once) and passed checks."""
+
+    model_dir: Path
+    problems: list[str] = field(default_factory=list)
+    checks: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _WeightLayout:
+    weights: list[str]
+    index_map: dict[str, str] | None = None
+    declared_total: Any = None
+
+
+@dataclass
+class _Tensors:
+    found: dict[str, tuple[str, tuple[int, ...], str]]  # name -> (dtype, shape, weight file)
+    data_bytes: int
+    headers_ok: bool
+
+    @property
+    def parameter_count(self) -> int:
+        return sum(_numel(shape) for _, shape, _ in self.found.values())
+
+
 def _verify(model_dir: Path, expected: Expected | None, digests: Mapping[str, Future[str]],
             pool: ThreadPoolExecutor) -> dict[str, Any]:
     if not model_dir.is_dir():
         raise RlkeepError(f"{model_dir}: not a directory")
     files = sorted(p for p in model_dir.rglob("*") if p.is_file())
     pending = {p.relative_to(model_dir).as_posix(): digests.get(p.relative_to(model_dir).as_posix())
-               or pool.submit(_sha256_file, p) for p in files}
-    problems: list[str] = []
-    checks: list[str] = []
+               or pool.submit(sha256_file, p) for p in files}
+    findings = _Findings(model_dir)
     top = {p.name for p in model_dir.iterdir() if p.is_file()}
+    layout = _check_weight_layout(findings, top, files)
+    tensors = _check_headers(findings, layout.weights)
+    if layout.index_map is not None and tensors.headers_ok:
+        _check_index_coverage(findings, layout, tensors)
+    if expected is not None and tensors.headers_ok:
+        _check_against_source(findings, expected, tensors)
+    architectures = _check_config(findings)
+    tokenizer_files = _check_tokenizer(findings, top)
+    _check_other_json(findings, top)
+    file_report = _collect_digests(findings, pending)
+    problems = findings.problems
+    if problems:
+        raise RlkeepError(f"{model_dir} is not a verified flat model ({len(problems)} problem"
+                          f"{'s' if len(problems) != 1 else ''}):\n  - " + "\n  - ".join(problems))
+    dtypes: dict[str, int] = {}
+    for dtype, _, _ in tensors.found.values():
+        dtypes[dtype] = dtypes.get(dtype, 0) + 1
+    findings.checks.append("sha256 and size of every file")
+    return {
+        "dir": str(model_dir),
+        "weights": layout.weights,
+        "sharded": layout.index_map is not None,
+        "tensor_count": len(tensors.found),
+        "parameter_count": tensors.parameter_count,
+        "total_size": tensors.data_bytes,
+        "dtypes": dtypes,
+        "architectures": architectures,
+        "tokenizer_files": tokenizer_files,
+        "files": file_report,
+        "checks": findings.checks,
+        "compared_with_source": expected is not None,
+    }
 
-    weights: list[str] = []
-    index_map: dict[str, str] | None = None
-    declared_total: Any = None
+
+def _check_weight_layout(findings: _Findings, top: set[str], files: Sequence[Path]) -> _WeightLayout:
+    """One layout at the top level: model.safetensors alone, or an index and its shards."""
+    model_dir, problems = findings.model_dir, findings.problems
     if SINGLE_WEIGHTS in top and INDEX_NAME in top:
         problems.append(f"{model_dir}: both {SINGLE_WEIGHTS} and {INDEX_NAME}; a flat model has one layout")
     if SINGLE_WEIGHTS in top:
-        weights = [SINGLE_WEIGHTS]
         stray = sorted(n for n in top if SHARD_NAME.fullmatch(n))
         if stray:
             problems.append(f"{model_dir}: stray shard file(s) beside {SINGLE_WEIGHTS}: {_few(stray)}")
-    elif INDEX_NAME in top:
+        return _WeightLayout([SINGLE_WEIGHTS])
+    if INDEX_NAME in top:
         index_map, declared_total, weights = _check_index(model_dir, top, problems)
+        return _WeightLayout(weights, index_map, declared_total)
+    nested = sorted({p.relative_to(model_dir).parent.as_posix() for p in files if p.suffix == ".safetensors"})
+    if nested:
+        problems.append(f"{model_dir}: no top-level weights; safetensors are nested under "
+                        f"{', '.join(d + '/' for d in nested)}: an intermediate, not the flat model "
+                        "(run `rlkeep consolidate` to flatten it)")
     else:
-        nested = sorted({p.relative_to(model_dir).parent.as_posix() for p in files if p.suffix == ".safetensors"})
-        if nested:
-            problems.append(f"{model_dir}: no top-level weights; safetensors are nested under "
-                            f"{', '.join(d + '/' for d in nested)}: an intermediate, not the flat model "
-                            "(run `rlkeep consolidate` to flatten it)")
-        else:
-            problems.append(f"{model_dir}: no {SINGLE_WEIGHTS} or {INDEX_NAME}")
+        problems.append(f"{model_dir}: no {SINGLE_WEIGHTS} or {INDEX_NAME}")
+    return _WeightLayout([])
 
-    found: dict[str, tuple[str, tuple[int, ...], str]] = {}
-    data_bytes = 0
-    headers_ok = bool(weights)
+
+def _check_headers(findings: _Findings, weights: Sequence[str]) -> _Tensors:
+    """Every weight file's header parses, the safetensors reader opens it, no tensor is in two files."""
+    tensors = _Tensors(found={}, data_bytes=0, headers_ok=bool(weights))
     for name in weights:
-        path = model_dir / name
+        path = findings.model_dir / name
         if not path.is_file():
             continue  # reported by the index check
         try:
             header = read_safetensors_header(path)
         except RlkeepError as error:
-            problems.append(str(error))
-            headers_ok = False
+            findings.problems.append(str(error))
+            tensors.headers_ok = False
             continue
         reader_problem = _reference_reader_problem(path)
         if reader_problem:
-            problems.append(reader_problem)
-            headers_ok = False
+            findings.problems.append(reader_problem)
+            tensors.headers_ok = False
         for entry in header.tensors:
-            if entry.name in found:
-                problems.append(f"{path}: tensor {entry.name!r} is also in {found[entry.name][2]} "
-                                "(duplicated across shards)")
+            if entry.name in tensors.found:
+                findings.problems.append(f"{path}: tensor {entry.name!r} is also in {tensors.found[entry.name][2]} "
+                                         "(duplicated across shards)")
             else:
-                found[entry.name] = (entry.dtype, entry.shape, name)
-        data_bytes += header.data_bytes
-    if headers_ok:
-        checks.append("every weight file's header parses; offsets contiguous, in bounds, covering the file; "
-                      "the safetensors reader opens it")
-    parameter_count = sum(_numel(shape) for _, shape, _ in found.values())
+                tensors.found[entry.name] = (entry.dtype, entry.shape, name)
+        tensors.data_bytes += header.data_bytes
+    if tensors.headers_ok:
+        findings.checks.append("every weight file's header parses; offsets contiguous, in bounds, covering the "
+                               "file; the safetensors reader opens it")
+    return tensors
 
-    if index_map is not None and headers_ok:
-        missing = sorted(t for t in index_map if t not in found)
-        misplaced = sorted(t for t, (_, _, shard) in found.items() if t in index_map and index_map[t] != shard)
-        unlisted = sorted(t for t in found if t not in index_map)
-        for label, names in (("named by the index but in no shard", missing),
-                             ("in a different shard than the index says", misplaced),
-                             ("in a shard but not in the index", unlisted)):
-            if names:
-                problems.append(f"{model_dir / INDEX_NAME}: tensor(s) {label}: {_few(names)}")
-        if declared_total != data_bytes:
-            if declared_total == parameter_count:
-                problems.append(f"{model_dir / INDEX_NAME}: metadata.total_size {declared_total} is the parameter "
-                                f"count, not the {data_bytes} bytes of tensor data (verl's merge bug)")
-            else:
-                problems.append(f"{model_dir / INDEX_NAME}: metadata.total_size {declared_total!r} is not the "
-                                f"{data_bytes} bytes of tensor data")
-        if not (missing or misplaced or unlisted) and declared_total == data_bytes:
-            checks.append("index: every tensor mapped to the shard holding it; total_size is the data bytes")
 
-    if expected is not None and headers_ok:
-        expected = {name: (_dtype_name(dtype), tuple(shape)) for name, (dtype, shape) in expected.items()}
-        missing = sorted(set(expected) - set(found))
-        extra = sorted(set(found) - set(expected))
-        differ = sorted(f"{n} is {found[n][0]}{list(found[n][1])}, source {expected[n][0]}{list(expected[n][1])}"
-                        for n in set(expected) & set(found)
-                        if (found[n][0], tuple(found[n][1])) != (expected[n][0], tuple(expected[n][1])))
-        if missing:
-            problems.append(f"{model_dir}: tensor(s) of the source missing from the model: {_few(missing)}")
-        if extra:
-            problems.append(f"{model_dir}: tensor(s) not in the source: {_few(extra)}")
-        if differ:
-            problems.append(f"{model_dir}: dtype/shape differ from the source: {'; '.join(differ[:8])}")
-        if not (missing or extra or differ):
-            checks.append(f"all {len(expected)} tensor names, dtypes and shapes match the source")
+def _check_index_coverage(findings: _Findings, layout: _WeightLayout, tensors: _Tensors) -> None:
+    """The index maps every tensor to the shard holding it, and total_size is the data bytes."""
+    index_path = findings.model_dir / INDEX_NAME
+    index_map, declared_total, found = layout.index_map or {}, layout.declared_total, tensors.found
+    missing = sorted(t for t in index_map if t not in found)
+    misplaced = sorted(t for t, (_, _, shard) in found.items() if t in index_map and index_map[t] != shard)
+    unlisted = sorted(t for t in found if t not in index_map)
+    for label, names in (("named by the index but in no shard", missing),
+                         ("in a different shard than the index says", misplaced),
+                         ("in a shard but not in the index", unlisted)):
+        if names:
+            findings.problems.append(f"{index_path}: tensor(s) {label}: {_few(names)}")
+    if declared_total != tensors.data_bytes:
+        if declared_total == tensors.parameter_count:
+            findings.problems.append(f"{index_path}: metadata.total_size {declared_total} is the parameter count, "
+                                     f"not the {tensors.data_bytes} bytes of tensor data (verl's merge bug)")
+        else:
+            findings.problems.append(f"{index_path}: metadata.total_size {declared_total!r} is not the "
+                                     f"{tensors.data_bytes} bytes of tensor data")
+    if not (missing or misplaced or unlisted) and declared_total == tensors.data_bytes:
+        findings.checks.append("index: every tensor mapped to the shard holding it; total_size is the data bytes")
 
-    architectures: list[str] = []
-    config_path = model_dir / "config.json"
+
+def _check_against_source(findings: _Findings, expected: Expected, tensors: _Tensors) -> None:
+    """Tensor names, dtypes and shapes are the source checkpoint's."""
+    model_dir, found = findings.model_dir, tensors.found
+    wanted = {name: (_dtype_name(dtype), tuple(shape)) for name, (dtype, shape) in expected.items()}
+    missing = sorted(set(wanted) - set(found))
+    extra = sorted(set(found) - set(wanted))
+    differ = sorted(f"{n} is {found[n][0]}{list(found[n][1])}, source {wanted[n][0]}{list(wanted[n][1])}"
+                    for n in set(wanted) & set(found)
+                    if (found[n][0], tuple(found[n][1])) != (wanted[n][0], tuple(wanted[n][1])))
+    if missing:
+        findings.problems.append(f"{model_dir}: tensor(s) of the source missing from the model: {_few(missing)}")
+    if extra:
+        findings.problems.append(f"{model_dir}: tensor(s) not in the source: {_few(extra)}")
+    if differ:
+        findings.problems.append(f"{model_dir}: dtype/shape differ from the source: {'; '.join(differ[:8])}")
+    if not (missing or extra or differ):
+        findings.checks.append(f"all {len(wanted)} tensor names, dtypes and shapes match the source")
+
+
+def _check_config(findings: _Findings) -> list[str]:
+    """config.json parses and names the model's architectures; returns them."""
+    config_path = findings.model_dir / "config.json"
     if not config_path.is_file():
-        problems.append(f"{config_path}: missing")
+        findings.problems.append(f"{config_path}: missing")
     elif problem := _architectures_problem(config_path):
-        problems.append(problem)
+        findings.problems.append(problem)
     else:
         architectures = _read_json_object(config_path)["architectures"]
-        checks.append(f"config.json parses and names architectures {architectures}")
-    tokenizer_files = sorted(n for n in top if n in TOKENIZER_FILES)
-    if not any(n in top for n in VOCABULARY_FILES):
-        problems.append(f"{model_dir}: no tokenizer (one of {', '.join(VOCABULARY_FILES)})")
-    for name in sorted(n for n in top if n.endswith(".json") and n not in (INDEX_NAME, "config.json")):
-        if problem := _json_problem(model_dir / name):
-            problems.append(problem)
-    if any(n in top for n in VOCABULARY_FILES):
-        checks.append(f"tokenizer present: {', '.join(tokenizer_files)}")
+        findings.checks.append(f"config.json parses and names architectures {architectures}")
+        return architectures
+    return []
 
+
+def _check_tokenizer(findings: _Findings, top: set[str]) -> list[str]:
+    """A loadable vocabulary is present (rlkeep.tokenizer); returns the tokenizer files."""
+    tokenizer_files = sorted(n for n in top if n in TOKENIZER_FILES)
+    if has_tokenizer(top):
+        findings.checks.append(f"tokenizer present: {', '.join(tokenizer_files)}")
+    else:
+        findings.problems.append(f"{findings.model_dir}: no tokenizer ({TOKENIZER_REQUIREMENT})")
+    return tokenizer_files
+
+
+def _check_other_json(findings: _Findings, top: set[str]) -> None:
+    """Every other top-level JSON file (generation config, tokenizer config, ...) parses."""
+    for name in sorted(n for n in top if n.endswith(".json") and n not in (INDEX_NAME, "config.json")):
+        if problem := _json_problem(findings.model_dir / name):
+            findings.problems.append(problem)
+
+
+def _collect_digests(findings: _Findings, pending: Mapping[str, Future[str]]) -> list[dict[str, Any]]:
+    """Path, size and sha256 of every file (hashed meanwhile by the pool)."""
     file_report = []
     for relative, future in pending.items():
         try:
             digest = future.result()
         except (OSError, RlkeepError) as error:
-            problems.append(f"{model_dir / relative}: cannot be hashed: {error}")
+            findings.problems.append(f"{findings.model_dir / relative}: cannot be hashed: {error}")
             continue
-        file_report.append({"path": relative, "size": (model_dir / relative).stat().st_size, "sha256": digest})
-    if problems:
-        raise RlkeepError(f"{model_dir} is not a verified flat model ({len(problems)} problem"
-                          f"{'s' if len(problems) != 1 else ''}):\n  - " + "\n  - ".join(problems))
-    dtypes: dict[str, int] = {}
-    for dtype, _, _ in found.values():
-        dtypes[dtype] = dtypes.get(dtype, 0) + 1
-    checks.append("sha256 and size of every file")
-    return {
-        "dir": str(model_dir),
-        "weights": weights,
-        "sharded": index_map is not None,
-        "tensor_count": len(found),
-        "parameter_count": parameter_count,
-        "total_size": data_bytes,
-        "dtypes": dtypes,
-        "architectures": architectures,
-        "tokenizer_files": tokenizer_files,
-        "files": file_report,
-        "checks": checks,
-        "compared_with_source": expected is not None,
-    }
+        file_report.append({"path": relative, "size": (findings.model_dir / relative).stat().st_size,
+                            "sha256": digest})
+    return file_report
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -1318,8 +1346,8 @@ def _aux_sources(aux_dir: Path) -> list[Path]:
     names = {p.name for p in aux_dir.iterdir() if p.is_file()}
     if "config.json" not in names:
         raise RlkeepError(f"{aux_dir / 'config.json'}: missing; a model without its config cannot be loaded")
-    if not any(n in names for n in VOCABULARY_FILES):
-        raise RlkeepError(f"{aux_dir}: no tokenizer (one of {', '.join(VOCABULARY_FILES)})")
+    if not has_tokenizer(names):
+        raise RlkeepError(f"{aux_dir}: no tokenizer ({TOKENIZER_REQUIREMENT})")
     chosen = [aux_dir / n for n in sorted(names) if n in CONFIG_FILES or n in TOKENIZER_FILES
               or REMOTE_CODE_FILE.fullmatch(n)]
     # Checked here too so a bad source file is named, not its copy in the temp dir.
