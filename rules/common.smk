@@ -44,7 +44,7 @@ from rlkeep.records import load_record, record_path
 
 ##### config #####
 
-validate(config, "../config/config.schema.yaml")
+validate(config, "../scripts/rlkeep/schemas/config.schema.yaml")
 
 RECORDS_DIR = Path(config["records"])
 RUN_STEP = "../scripts/run_step.py"  # the adapter every rule runs (see rlkeep/steps.py)

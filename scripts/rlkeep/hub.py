@@ -1,7 +1,7 @@
 """Publication to a Hugging Face Hub: the model (additive), the trace dataset (one replacing
 commit), and the checks that a fresh download of each is what was staged.
 
-The endpoint and token come from HF_ENDPOINT and HF_TOKEN (CONTRACT.md section 2) unless passed
+The endpoint and token come from HF_ENDPOINT and HF_TOKEN (docs/reference.md, contract §2) unless passed
 explicitly. The token never appears in a message, an exception or returned evidence; without
 HF_TOKEN no token is sent at all (a token saved for huggingface.co is never offered to another
 endpoint).
@@ -167,7 +167,7 @@ def remote_extras(stage_dir: Path, download_dir: Path) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Publication checks (CONTRACT.md section 7)
+# Publication checks (docs/reference.md, contract §7)
 
 
 def markdown_section(text: str, heading: str) -> str | None:

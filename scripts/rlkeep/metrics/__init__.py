@@ -1,7 +1,7 @@
 """The metric surface across a run's chain of attempts, the per-trial table, and their outputs.
 
 Trainer stdout is the portable metric source (SkyRL writes no metrics file). Each log is
-scanned once, in bounded memory, for every serialization rlkeep knows (formats.md §2):
+scanned once, in bounded memory, for every serialization rlkeep knows (docs/reference.md, formats §2):
 
 - ``wandb-json``: ``WANDB_MIRROR kind=<k> step=<n> metrics={json}`` lines. Only ``kind=train``
   rows feed the surface; ``kind=eval`` rows are kept apart (``Surface.eval_rows``, ``eval.csv``)

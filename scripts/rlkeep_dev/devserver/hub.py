@@ -2,7 +2,7 @@
 
 It speaks the subset of the Hub protocol that huggingface_hub 2.4 uses to create repos, upload
 (preupload -> LFS batch/PUT/verify -> NDJSON commit), list, and download (see
-shared/reference/hub.md section 4). It has no Xet storage: the `xet-*-token` endpoints
+docs/reference.md, Hub protocol). It has no Xet storage: the `xet-*-token` endpoints
 answer 501, so every client must run with `HF_HUB_DISABLE_XET=1` (or set
 `huggingface_hub.constants.HF_HUB_DISABLE_XET = True`); otherwise uploads of LFS-sized files fail
 loudly instead of silently taking another path.

@@ -1,6 +1,6 @@
 """A strict stand-in for the `iris` command (the one part of a run that cannot execute here).
 
-It emulates the versions of `iris job …` listed in shared/reference/iris-cli.md, selected by
+It emulates the versions of `iris job …` listed in docs/reference.md, iris CLI, selected by
 IRIS_STANDIN_VERSION (a..f, default f, the newest), from a JSON state file, and appends every
 call to a JSONL log so tests can check exactly what was asked and stopped.
 
