@@ -46,7 +46,7 @@ from rlkeep.steps import is_authorized
 
 ##### config #####
 
-validate(config, "../config/config.schema.yaml")
+validate(config, "../scripts/rlkeep/schemas/config.schema.yaml")
 
 RECORDS_DIR = Path(config["records"])
 # The adapter every rule runs: it calls the function of the rule's row in rlkeep/pipeline.py.

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlkeep.devserver.iris import install_executable
-from rlkeep.devserver.s3 import S3Server
+from rlkeep_dev.devserver.iris import install_executable
+from rlkeep_dev.devserver.s3 import S3Server
 
 REPO = Path(__file__).resolve().parents[1]
 _bucket_numbers = itertools.count()
@@ -47,7 +47,7 @@ def bucket(s3_server: S3Server, request: pytest.FixtureRequest) -> str:
 
 
 class IrisStandin:
-    """The stand-in `iris` (rlkeep.devserver.iris) on PATH with its state and call log.
+    """The stand-in `iris` (rlkeep_dev.devserver.iris) on PATH with its state and call log.
 
     version: the emulated CLI version (a..f); None leaves IRIS_STANDIN_VERSION to the
     environment (unset: the newest, f)."""
@@ -136,7 +136,7 @@ def run_snakemake(data_root: Path, *targets: str, extra: tuple[str, ...] = (), c
 def seed_example(data_root: Path, bucket: str, iris: IrisStandin, *, job: str = "rl-demo", n_trials: int = 24,
                  record_overrides: dict | None = None, **example_options):
     """A generated finished run uploaded to the real S3 server, its record and Iris state."""
-    from rlkeep.example import iris_state, write_example_run
+    from rlkeep_dev.example import iris_state, write_example_run
     from rlkeep.storage import open_store, upload_tree
 
     run = write_example_run(data_root.parent / f"example-{job}", job=job, user="demo", n_trials=n_trials,

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rlkeep import cli
 from rlkeep.errors import RlkeepError
 from rlkeep.profiles import install_profiles
 from tests.conftest import REPO, write_record
@@ -36,6 +37,25 @@ def test_unknown_command_and_operator_errors() -> None:
     assert missing.returncode == 1
     assert missing.stderr.startswith("rlkeep: /nonexistent/records/x.yaml: no such job record")
     assert "Traceback" not in missing.stderr
+
+
+@pytest.mark.parametrize("command", ["demo", "example-run"])
+def test_dev_commands_say_how_to_install_the_dev_package_when_it_is_absent(
+        command: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    for name in [name for name in sys.modules if name == "rlkeep_dev" or name.startswith("rlkeep_dev.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "rlkeep_dev", None)  # what an installed product wheel looks like
+    assert cli.main([command, "--help"]) == 2
+    message = capsys.readouterr().err
+    assert "development package rlkeep_dev" in message and "make setup" in message
+    assert "Traceback" not in message
+
+
+def test_dev_commands_run_from_the_source_tree() -> None:
+    for command in ("demo", "example-run"):
+        result = rlkeep(command, "--help")
+        assert result.returncode == 0, result.stderr
+        assert f"rlkeep {command}" in result.stdout
 
 
 def test_profiles_install_with_the_snakefile_and_resolve_from_any_directory(tmp_path: Path, data_root: Path) -> None:

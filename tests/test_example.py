@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from rlkeep.errors import RecordError, RlkeepError
-from rlkeep.example import ExampleRun, cli_main, iris_state, tree_digest, write_example_run
-from rlkeep.example.logs import console_block
+from rlkeep_dev.example import ExampleRun, cli_main, iris_state, tree_digest, write_example_run
+from rlkeep_dev.example.logs import console_block
 
 SMALL = dict(n_trials=24, model_hidden=16, large_result_mb=0.3, large_pane_mb=0.12)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -212,7 +212,7 @@ def test_every_planted_secret_is_where_the_ledger_says(run: ExampleRun) -> None:
 
 
 def test_generator_source_holds_no_credential_shaped_literal(run: ExampleRun) -> None:
-    package = Path(__import__("rlkeep.example", fromlist=["x"]).__file__).parent
+    package = Path(__import__("rlkeep_dev.example", fromlist=["x"]).__file__).parent
     source = "\n".join(p.read_text() for p in package.glob("*.py"))
     for pattern in (r"hf_[A-Za-z0-9]{34}", r"AKIA[A-Z0-9]{16}", r"gh[pousr]_[A-Za-z0-9]{36}", r"sk-proj-\w{20}",
                     r"BEGIN [A-Z ]*PRIVATE KEY", r"eyJ[A-Za-z0-9_-]{10,}"):

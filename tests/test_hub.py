@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from huggingface_hub import HfApi, constants
 
-from rlkeep.devserver.hub import LFS_SIZE_THRESHOLD
+from rlkeep_dev.devserver.hub import LFS_SIZE_THRESHOLD
 from rlkeep.errors import RlkeepError
 from rlkeep.hub import (
     TRACES_PENDING, check_publication, check_publication_main, compare_trees, download_fresh, link_traces_in_card,

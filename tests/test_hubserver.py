@@ -13,7 +13,7 @@ import pytest
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, constants, snapshot_download
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
-from rlkeep.devserver.hub import (
+from rlkeep_dev.devserver.hub import (
     INITIAL_GITATTRIBUTES, LFS_SIZE_THRESHOLD, git_blob_sha1, lfs_patterns, split_raw_path, upload_mode,
 )
 from tests.support.hub import hub_server, new_token, no_client_backoff, running_hub, start_hub_process, stored_blobs

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rlkeep.devserver.iris import VERSIONS
+from rlkeep_dev.devserver.iris import VERSIONS
 from rlkeep.scheduler import IrisCli
 from rlkeep.storage import open_store
 from tests.conftest import IrisStandin, run_snakemake, seed_example, write_record
@@ -98,7 +98,7 @@ def test_a_messy_chain_reaches_its_targets_stopping_only_the_pending_attempts_ex
     with tarfile.open(data_root / "rl-demo/sync/logs.tar") as tar:
         got = tar.extractfile("attempts/rl-demo-r1/trainer.log").read()
     if expected == "proven":  # byte-identical to what the stand-in holds for the attempt
-        from rlkeep.devserver.iris import full_log
+        from rlkeep_dev.devserver.iris import full_log
 
         assert got.decode() == "".join(line + "\n" for line in full_log(before["jobs"], FINISHED, viris.version))
     if viris.version in FULL_DONE:

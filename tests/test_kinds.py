@@ -1,6 +1,6 @@
 """Every run kind the archive runbook covers (rl, sft, datagen, eval) through the real pipeline.
 
-The runs come from rlkeep.example.kinds; the stores are the real S3 server (SeaweedFS) or a
+The runs come from rlkeep_dev.example.kinds; the stores are the real S3 server (SeaweedFS) or a
 file:// tree; the SLURM commands are the real SlurmCli running stand-in `scontrol`, `sacct` and
 `scancel` executables that print real-format output (tests/data/slurm/ holds the samples).
 """
@@ -18,7 +18,7 @@ import yaml
 
 from rlkeep.archive import parse_manifest
 from rlkeep.errors import RecordError
-from rlkeep.example.kinds import write_datagen_run, write_eval_run, write_sft_run
+from rlkeep_dev.example.kinds import write_datagen_run, write_eval_run, write_sft_run
 from rlkeep.kinds import KINDS, spec_for
 from rlkeep.records import load_record
 from rlkeep.pipeline import STEPS
@@ -98,13 +98,13 @@ def test_bad_kind_records_fail_naming_file_field_and_expectation(tmp_path: Path,
 def test_scontrol_one_line_output_becomes_a_chain_entry() -> None:
     fields = parse_scontrol_line((SLURM_DATA / "scontrol_completed.txt").read_text())
     assert fields["AllocNode:Sid"] == "login1:2514098" and fields["CPUs/Task"] == "72"
-    assert fields["Command"] == "/work/bfeuer/experiments/sft-qwen3-8b/launch.sbatch --config configs/sft.yaml"
+    assert fields["Command"] == "/scratch/bfeuer/experiments/sft-qwen3-8b/launch.sbatch --config configs/sft.yaml"
     assert fields["ReqTRES"] == "cpu=288,mem=400G,node=4,billing=288" and fields["Power"] == ""
     done = entry_from_scontrol("4815162", (SLURM_DATA / "scontrol_completed.txt").read_text())
     assert done["state"] == "completed" and done["exit_code"] == 0 and done["user"] == "bfeuer"
     assert done["submitted_ms"] == 1774689242000  # 2026-03-28T09:14:02Z
     assert done["finished_ms"] - done["started_ms"] == (5 * 3600 + 12 * 60 + 9) * 1000  # RunTime=05:12:09
-    assert done["stdout"] == "/work/bfeuer/experiments/sft-qwen3-8b/logs/4815162.out"
+    assert done["stdout"] == "/scratch/bfeuer/experiments/sft-qwen3-8b/logs/4815162.out"
     failed = entry_from_scontrol("4815101", (SLURM_DATA / "scontrol_failed.txt").read_text())
     assert (failed["state"], failed["exit_signal"], failed["error"], failed["restarts"]) == ("node_fail", 9, "NodeDown", 2)
     assert failed["stdout"].endswith("/logs/sft-qwen3-8b-4815101.out")  # %x-%j expanded

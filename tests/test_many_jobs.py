@@ -14,10 +14,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlkeep.example import iris_state
+from rlkeep_dev.example import iris_state
 from tests.conftest import run_snakemake, seed_example
 
-N_TRIALS = 12  # the smallest example run (rlkeep.example requires >= 12 trials)
+N_TRIALS = 12  # the smallest example run (rlkeep_dev.example requires >= 12 trials)
 
 
 @dataclass(frozen=True)

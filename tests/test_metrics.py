@@ -485,7 +485,7 @@ def test_metric_surface_and_trial_table_steps_read_their_own_tars(tmp_path, monk
         add_member(tar, "codecontests-1234__Xk3pQ9a/result.json", json.dumps(EXAMPLE_RESULT, indent=4).encode())
         add_member(tar, "codecontests-1234__Xk3pQ9a/agent/trajectory.json", b"{}")
         add_member(tar, "codecontests-77__Ab12Cd3/result.json", json.dumps(failed_result(), indent=4).encode())
-    monkeypatch.setattr(metrics, "IN_MEMORY_RESULT_BYTES", 2000)  # the larger result.json goes through mmap
+    monkeypatch.setattr(metrics.step, "IN_MEMORY_RESULT_BYTES", 2000)  # the larger result.json goes through mmap
     out = tmp_path / job / "metrics"
     record = load_record(tmp_path / "records" / f"{job}.yaml")
     surface = StepContext(job=job, record=record, data_root=tmp_path, inputs={"logs": logs},

@@ -1,7 +1,7 @@
 """Iris access through the strict stand-in `iris`, against every emulated CLI version.
 
 Each test runs the real rlkeep code (capability detection, state parsing, exact stops, log
-completeness) against the stand-in executable of one version (a..f, shared/reference/iris-cli.md).
+completeness) against the stand-in executable of one version (a..f, docs/reference.md, iris CLI).
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from rlkeep.devserver.iris import VERSIONS
+from rlkeep_dev.devserver.iris import VERSIONS
 from rlkeep.errors import BlockedError, SchedulerError
 from rlkeep.scheduler import (
     GONE,

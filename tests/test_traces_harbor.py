@@ -2,7 +2,7 @@
 checked against expectations written from Harbor 0.26's `traces export` behaviour.
 
 No Python >= 3.12 interpreter is on this machine, so Harbor itself is not run here: the
-expectations below are written by hand from its documented behaviour (formats.md §4, issue 21).
+expectations below are written by hand from its documented behaviour (docs/reference.md, formats §4, issue 21).
 """
 from __future__ import annotations
 

@@ -64,7 +64,7 @@ def write_logs_tar(job_dir: Path, logs: dict[str, bytes]) -> None:
 
 
 def test_a_url_printed_by_the_example_trainer_is_reported_with_its_attempt_and_line(tmp_path: Path) -> None:
-    from rlkeep.example import write_example_run
+    from rlkeep_dev.example import write_example_run
 
     run = write_example_run(tmp_path / "example", job="rl-demo", user="demo", n_trials=12)
     printed = run.record(store_url="s3://bucket/iris/rl-demo", scheduler="none", cluster=None)["tracker_url"]

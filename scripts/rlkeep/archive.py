@@ -30,12 +30,13 @@ from typing import IO, Any
 
 from rlkeep.diskspace import TAR_OVERHEAD_PER_MEMBER, require_free
 from rlkeep.errors import RlkeepError
+from rlkeep.hashing import sha256_file
 from rlkeep.hub import upload_archive_to_hub
 from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
 from rlkeep.redaction import redact_tar, redactor_from_environment
 from rlkeep.regions import store_to_archive
 from rlkeep.steps import StepContext, check_transfer
-from rlkeep.storage import CHUNK, ObjectMissing, S3Store, Store, open_store, sha256_file
+from rlkeep.storage import CHUNK, ObjectMissing, S3Store, Store, open_store
 from rlkeep.sync import HashingWriter, tar_member
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 Completeness is judged from the store listing (key -> size) plus the content of a few small
 files (fsdp_config.json, model.safetensors.index.json, Megatron metadata.json, DeepSpeed
 `latest`); `keys_to_read` names them so the caller can fetch them first. Signals follow
-formats.md §1 (SkyRL fsdp_strategy.save_checkpoint, trainer.save_models):
+docs/reference.md, formats §1 (SkyRL fsdp_strategy.save_checkpoint, trainer.save_models):
 
 - FSDP ``ckpts/global_step_N/``: trainer_state.pt; all W rank files of model/optim/extra_state;
   policy/fsdp_config.json with world_size == W (a pre-#124 checkpoint has neither that file

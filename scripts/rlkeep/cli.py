@@ -11,6 +11,9 @@ import sys
 
 from rlkeep.errors import RlkeepError
 
+# the test rig (local services, run generator, demo): in the source tree, not in the product wheel
+DEV_PACKAGE = "rlkeep_dev"
+
 # command -> (module, function, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "step": ("rlkeep.steps", "cli_main", "run one pipeline step by hand: RULE --job J (rlkeep.pipeline)"),
@@ -22,8 +25,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "verify-model": ("rlkeep.export", "verify_main", "verify a flat model folder"),
     "traces-dataset": ("rlkeep.traces", "cli_main", "rebuild the trace dataset from a trace tree"),
     "registry": ("rlkeep.registry", "cli_main", "registry administration (add a base-model row explicitly)"),
-    "example-run": ("rlkeep.example", "cli_main", "write a realistic finished run into a store"),
-    "demo": ("rlkeep.demo", "cli_main", "run the pipeline on a generated run against local services"),
+    "example-run": ("rlkeep_dev.example", "cli_main", "write a realistic finished run into a store"),
+    "demo": ("rlkeep_dev.demo", "cli_main", "run the pipeline on a generated run against local services"),
     "install-profiles": ("rlkeep.profiles", "cli_main", "make `--profile iris|local` resolve from any directory"),
 }
 
@@ -45,7 +48,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rlkeep: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     module_name, function_name, _ = COMMANDS[name]
-    function = getattr(importlib.import_module(module_name), function_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if not module_name.startswith(DEV_PACKAGE + ".") or error.name not in (DEV_PACKAGE, module_name):
+            raise
+        print(f"rlkeep: `rlkeep {name}` needs the development package {DEV_PACKAGE} (the local services and the "
+              "example-run generator), which the rlkeep wheel does not ship. Install it from a clone of the "
+              "repository: `make setup`, or `pip install -e '.[test]'` there.", file=sys.stderr)
+        return 2
+    function = getattr(module, function_name)
     try:
         return int(function(rest) or 0)
     except RlkeepError as error:

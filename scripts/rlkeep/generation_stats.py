@@ -17,6 +17,7 @@ from typing import Any
 from rlkeep import batch_errors, run_report, vllm_stats
 from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import atomic_write_bytes
+from rlkeep.steps import StepContext
 
 FILES = ("vllm.csv", "batch_errors.csv", "generation.md", "vllm.png")
 # Substrings of every line the two parsers read (stat lines, batch lines, step markers).
@@ -99,7 +100,7 @@ def render(stats: GenerationStats, *, job: str | None = None) -> dict[str, bytes
     }
 
 
-def generation_stats_step(ctx: Any) -> None:
+def generation_stats_step(ctx: StepContext) -> None:
     """The rule's outputs (FILES, each declared by its own name) from ctx.inputs["logs"]."""
     stats = scan_logs_tar(ctx.inputs["logs"], ctx.record.attempts)
     rendered = render(stats, job=ctx.job)

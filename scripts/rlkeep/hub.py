@@ -1,14 +1,14 @@
 """Publication to a Hugging Face Hub: the model (additive), the trace dataset (one replacing
 commit), and the checks that a fresh download of each is what was staged.
 
-The endpoint and token come from HF_ENDPOINT and HF_TOKEN (CONTRACT.md section 2) unless passed
+The endpoint and token come from HF_ENDPOINT and HF_TOKEN (docs/reference.md, contract §2) unless passed
 explicitly. The token never appears in a message, an exception or returned evidence; without
 HF_TOKEN no token is sent at all (a token saved for huggingface.co is never offered to another
 endpoint).
 
 Xet is switched off for every call (`huggingface_hub.constants.HF_HUB_DISABLE_XET = True`, and
 HF_HUB_DISABLE_XET=1 for child processes): uploads then take the plain LFS protocol, which both the
-Hub and the local test server (rlkeep.devserver.hub) accept, and `upload_folder` makes one commit.
+Hub and the local test server (rlkeep_dev.devserver.hub) accept, and `upload_folder` makes one commit.
 
 Staging trees are published as they are except hidden paths (any component starting with '.'):
 Snakemake's `.snakemake_timestamp`, `.cache/` folders and half-written temp files stay local.
@@ -37,18 +37,18 @@ from huggingface_hub.hf_api import RepoFile
 
 from rlkeep.diskspace import is_no_space
 from rlkeep.errors import RlkeepError
+from rlkeep.hashing import sha256_file
 from rlkeep.files import link_or_copy
 from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
 from rlkeep.redaction import redact_tree, redactor_from_environment
 from rlkeep.steps import StepContext, check_transfer, not_applicable
+from rlkeep.tokenizer import TOKENIZER_REQUIREMENT, has_tokenizer
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 PUBLIC_HUB = "https://huggingface.co"
 ALLOWED_REMOTE_EXTRAS = frozenset({".gitattributes"})  # the Hub creates it with every repo
 CLIENT_BOOKKEEPING = ".cache/huggingface"  # written by snapshot_download(local_dir=...)
 UPLOAD_IGNORE_PATTERNS = [".*", "*/.*"]  # fnmatch '*' spans '/': any hidden path component
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
-BPE_TOKENIZER_PAIR = ("vocab.json", "merges.txt")
 TRACES_HEADING = "## Training Traces"
 CARD_NAME = "README.md"
 MANIFEST_NAME = "trace_export_manifest.json"
@@ -210,14 +210,6 @@ def is_published_path(relpath: str) -> bool:
     return not any(part.startswith(".") for part in relpath.split("/"))
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def git_blob_sha1_file(path: Path) -> str:
     digest = hashlib.sha1(b"blob " + str(path.stat().st_size).encode() + b"\0")
     with open(path, "rb") as handle:
@@ -277,7 +269,7 @@ def remote_extras(stage_dir: Path, download_dir: Path) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Publication checks (CONTRACT.md section 7)
+# Publication checks (docs/reference.md, contract §7)
 
 
 def markdown_section(text: str, heading: str) -> str | None:
@@ -324,10 +316,8 @@ def check_publication(model_dir: Path, *, endpoint: str | None = None,
     endpoint = endpoint if endpoint is not None else os.environ.get("HF_ENDPOINT")
     problems = _weight_problems(model_dir)
     problems += _config_problems(model_dir)
-    if not any((model_dir / name).is_file() for name in TOKENIZER_FILES) and not all(
-            (model_dir / name).is_file() for name in BPE_TOKENIZER_PAIR):
-        problems.append(f"{model_dir}: no tokenizer file (expected one of {', '.join(TOKENIZER_FILES)}, "
-                        f"or {' with '.join(BPE_TOKENIZER_PAIR)})")
+    if not has_tokenizer({path.name for path in model_dir.iterdir() if path.is_file()}):
+        problems.append(f"{model_dir}: no tokenizer file (expected {TOKENIZER_REQUIREMENT})")
     logs = model_dir / "training_logs"
     if not logs.is_dir():
         problems.append("training_logs/: missing (trainer logs and metrics must be published with the model)")

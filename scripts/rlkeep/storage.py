@@ -1,6 +1,6 @@
 """Object store access: `s3://bucket/prefix` over boto3 and `file:///path`, behind one interface.
 
-Configuration comes from the standard boto3 sources only (CONTRACT.md section 2):
+Configuration comes from the standard boto3 sources only (docs/reference.md, contract §2):
 AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, and
 AWS_CONFIG_FILE (e.g. `s3 = addressing_style = virtual` for CoreWeave). Checksums are sent
 only when required, which Cloudflare R2 and other S3 clones need (boto/boto3#4392).
@@ -145,11 +145,6 @@ def _hash_stream(chunks: Iterable[bytes], sink: IO[bytes] | None) -> tuple[int, 
         if sink is not None:
             sink.write(chunk)
     return size, digest.hexdigest()
-
-
-def sha256_file(path: Path) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 # --------------------------------------------------------------------------- file://

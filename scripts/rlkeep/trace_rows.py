@@ -1,6 +1,6 @@
 """ATIF trajectories -> trace-dataset conversations, rendered as Harbor 0.26's `traces export` does.
 
-Facts this follows (formats.md §3.3/§4 and the issue 21 comparison with Harbor 0.26):
+Facts this follows (docs/reference.md, formats §3.3 and §4 and the issue 21 comparison with Harbor 0.26):
 - Each trajectory file is one context the model saw: trajectory.json, then each
   `trajectory.cont-N.json` after a context summarization. A row holds the steps of the file its
   episode lives in, so a post-summary row starts from what the model saw after the summary (the

@@ -60,6 +60,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rlkeep.errors import RlkeepError
+from rlkeep.hashing import sha256_file
 from rlkeep.hub import REPO_ID_RE, replace_trace_shards, verify_trace_publication
 from rlkeep.jsonio import dumps, read_json, write_json
 from rlkeep.jsonskim import SkimError, pick_members
@@ -672,14 +673,6 @@ def keep_trial(success: bool, filter: str) -> bool:
 
 # --------------------------------------------------------------------------- parquet shards
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 Conversation = list[tuple[str, str]]
 
 
@@ -764,7 +757,7 @@ class ShardWriter:
         self._writer.close()
         assert self._path is not None
         self.shards.append({"name": self._path.name, "rows": self._shard_rows,
-                            "size": self._path.stat().st_size, "sha256": file_sha256(self._path)})
+                            "size": self._path.stat().st_size, "sha256": sha256_file(self._path)})
         self._parts.append(self._path)
         self._writer, self._path = None, None
         self._shard_rows = self._shard_trials = 0

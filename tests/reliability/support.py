@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlkeep.devserver.hub import HubServer, RepoRef
+from rlkeep_dev.devserver.hub import HubServer, RepoRef
 from rlkeep.storage import open_store
 from tests.conftest import IrisStandin, run_snakemake, seed_example
 from tests.support.hub import new_token, running_hub
@@ -427,7 +427,7 @@ class ScopedFaults:
         self.remaining[(kind, repo_part)] = count
 
     def __call__(self, kind: str, path: str) -> None:
-        from rlkeep.devserver.hub import HubError
+        from rlkeep_dev.devserver.hub import HubError
 
         for (want, part), count in self.remaining.items():
             if want == kind and part in path and count > 0:
@@ -500,7 +500,7 @@ def archive_destination_files(bucket: str) -> list[tuple[str, bytes]]:
 
 
 def hub_bytes(hub: HubServer) -> list[tuple[str, str, bytes]]:
-    from rlkeep.devserver.hub import stored_blobs
+    from rlkeep_dev.devserver.hub import stored_blobs
 
     return list(stored_blobs(hub.root))
 

@@ -41,7 +41,7 @@ def test_two_jobs_run_at_once_and_a_second_run_of_the_same_job_is_refused(data_r
     second = seed(data_root, bucket, iris, hub_server, job=OTHER)
     # One Iris stand-in serves both runs.
     state = iris.state()
-    from rlkeep.example import iris_state
+    from rlkeep_dev.example import iris_state
 
     state["jobs"].update(iris_state(first.run)["jobs"])
     iris.write_state(state)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rlkeep.devserver.hub import HubError
+from rlkeep_dev.devserver.hub import HubError
 from rlkeep.errors import RlkeepError
 from rlkeep.hub import download_fresh, publish_model
 from tests.reliability import figures_log

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from rlkeep.devserver.hub import RepoRef
-from rlkeep.example import iris_state
+from rlkeep_dev.devserver.hub import RepoRef
+from rlkeep_dev.example import iris_state
 from rlkeep.storage import s3_client
 from tests.conftest import run_snakemake
 from tests.reliability import figures_log

@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import yaml
 
-from rlkeep.example import iris_state, write_example_run
+from rlkeep_dev.example import iris_state, write_example_run
 from rlkeep.redaction import Redactor, available_engines
 from rlkeep.storage import open_store, upload_tree
 from tests.conftest import run_snakemake, write_record

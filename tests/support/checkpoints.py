@@ -1,6 +1,6 @@
 """Builders of real checkpoints of every layout rlkeep's export reads, from a tiny Qwen-like model.
 
-Everything here writes real files the way the producing tool does (reference/formats.md §1):
+Everything here writes real files the way the producing tool does (docs/reference.md, formats §1):
 - ``write_hf_export``: transformers/SkyRL HF export (``model.safetensors`` or shards + index).
 - ``write_fsdp_checkpoint(s)``: SkyRL FSDP2 ``policy/model_world_size_W_rank_R.pt``: W processes
   joined by torch.distributed (gloo on 127.0.0.1) shard a module with ``fully_shard`` and

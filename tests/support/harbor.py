@@ -1,6 +1,6 @@
 """Builders of realistic Harbor trial folders, as SkyRL's Harbor generator leaves them.
 
-Layout and field shapes follow shared/reference/formats.md section 3: flat trial dirs
+Layout and field shapes follow docs/reference.md, formats §3: flat trial dirs
 named `{task[:32].rstrip('_-')}__{7-char shortuuid}`, `result.json` (indent 4) as the
 completion marker, `config.json`, ATIF `agent/trajectory.json` (v1.6 or v1.8, indent 2, null
 fields omitted) with optional `trajectory.cont-N.json` continuations, `verifier/` output,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rlkeep.devserver.hub import HubServer
+from rlkeep_dev.devserver.hub import HubServer
 from rlkeep.registry import register_base_model
 from tests.support.hub import hub_env
 

@@ -1,6 +1,6 @@
 """A strict stand-in for the `iris` command (the one part of a run that cannot execute here).
 
-It emulates the versions of `iris job …` listed in shared/reference/iris-cli.md, selected by
+It emulates the versions of `iris job …` listed in docs/reference.md, iris CLI, selected by
 IRIS_STANDIN_VERSION (a..f, default f, the newest), from a JSON state file, and appends every
 call to a JSONL log so tests can check exactly what was asked and stopped.
 
@@ -564,7 +564,7 @@ def install_executable(bin_dir: Path) -> Path:
     """Write an `iris` executable into bin_dir that runs this stand-in with this interpreter."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     path = bin_dir / "iris"
-    path.write_text(f"#!{sys.executable}\nimport sys\nfrom rlkeep.devserver.iris import main\nsys.exit(main())\n")
+    path.write_text(f"#!{sys.executable}\nimport sys\nfrom rlkeep_dev.devserver.iris import main\nsys.exit(main())\n")
     path.chmod(0o755)
     return path
 

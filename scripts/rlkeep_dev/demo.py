@@ -18,13 +18,15 @@ from pathlib import Path
 
 import yaml
 
-from rlkeep.devserver.hub import HubServer
-from rlkeep.devserver.iris import install_executable
-from rlkeep.devserver.s3 import S3Server
 from rlkeep.jsonio import write_json
 from rlkeep.profiles import project_root
 from rlkeep.registry import register_base_model
 from rlkeep.storage import open_store, upload_tree
+from rlkeep_dev.devserver.hub import HubServer
+from rlkeep_dev.devserver.iris import install_executable
+from rlkeep_dev.devserver.launch import hub_env
+from rlkeep_dev.devserver.s3 import S3Server
+from rlkeep_dev.example import iris_state, write_example_run
 
 JOB = "rl-demo"
 USER = "demo"
@@ -33,8 +35,6 @@ BUCKET = "runs"
 
 def seed_store(services: Path, env: dict[str, str]) -> dict:
     """Generate the example run and upload it once; returns its record."""
-    from rlkeep.example import iris_state, write_example_run
-
     marker = services / "seeded.json"
     if marker.is_file():
         return json.loads(marker.read_text())
@@ -69,12 +69,7 @@ def run_demo(data_root: Path) -> int:
         s3.create_bucket(BUCKET)
         env = {
             **s3.env(),
-            "HF_ENDPOINT": hub.url,
-            "HF_TOKEN": token,
-            "HF_HUB_DISABLE_XET": "1",
-            "HF_HUB_DISABLE_TELEMETRY": "1",
-            "HF_HUB_DISABLE_UPDATE_CHECK": "1",
-            "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+            **hub_env(hub.url, token, base={}),
             "IRIS_STANDIN_STATE": str(services / "iris-state.json"),
             "IRIS_STANDIN_CALLS": str(services / "iris-calls.jsonl"),
         }

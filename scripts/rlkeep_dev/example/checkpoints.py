@@ -1,6 +1,6 @@
 """A tiny Qwen3-shaped model saved as SkyRL FSDP checkpoints (world size 2) and HF exports.
 
-Layout per formats.md §1.2 and §1.4. For each step the weights are one deterministic function
+Layout per docs/reference.md, formats §1.2 and §1.4. For each step the weights are one deterministic function
 of (seed, step): a step's rank shards, concatenated along dim 0, equal its export's tensors
 bit for bit (both bfloat16), so a consolidation can be compared to the export.
 torch is imported lazily: only writing checkpoints needs it.

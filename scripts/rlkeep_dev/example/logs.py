@@ -1,7 +1,7 @@
 """Trainer stdout of each attempt, in the two serializations SkyRL runs produce, with the noise.
 
 Attempt 1 mirrors its tracker payloads as `WANDB_MIRROR kind=… step=… metrics={json}` loguru
-lines (formats.md §2.1); later attempts use the console backend's `Step N: ` + pprint block
+lines (docs/reference.md, formats §2.1); later attempts use the console backend's `Step N: ` + pprint block
 (§2.2). Both carry vLLM throughput lines, Harbor batch summaries, Ray worker lines and
 tracebacks. A line is (time, text); the Iris view of the same stdout reuses the times.
 """

@@ -1,5 +1,5 @@
 """Terminus-2 agent artifacts of one trial: the ATIF v1.6 trajectory, the tmux pane capture and
-the asciinema recording (formats.md §3.3)."""
+the asciinema recording (docs/reference.md, formats §3.3)."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Harbor trial folders under `trace_jobs/`, as SkyRL's Harbor generator leaves them (formats.md §3).
+"""Harbor trial folders under `trace_jobs/`, as SkyRL's Harbor generator leaves them (docs/reference.md, formats §3).
 
 Flat per-trial dirs named `{task[:32].rstrip('_-')}__{7-char id}`; completed trials (reward 1.0
 or 0.0), failed ones (exception_info, verifier_result null) each followed by a retry in a new

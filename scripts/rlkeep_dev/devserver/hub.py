@@ -2,7 +2,7 @@
 
 It speaks the subset of the Hub protocol that huggingface_hub 2.4 uses to create repos, upload
 (preupload -> LFS batch/PUT/verify -> NDJSON commit), list, and download (see
-shared/reference/hub.md section 4). It has no Xet storage: the `xet-*-token` endpoints
+docs/reference.md, Hub protocol). It has no Xet storage: the `xet-*-token` endpoints
 answer 501, so every client must run with `HF_HUB_DISABLE_XET=1` (or set
 `huggingface_hub.constants.HF_HUB_DISABLE_XET = True`); otherwise uploads of LFS-sized files fail
 loudly instead of silently taking another path.
@@ -19,7 +19,7 @@ A commit is written first and the branch moves afterwards with one atomic rename
 repo.json, so a commit applies fully or not at all. `stored_blobs(root)` enumerates every stored
 byte (file contents, unreferenced objects, metadata) for secret scans.
 
-Run as a process: `python -m rlkeep.devserver.hub --root DIR [--port 0] [--token T]
+Run as a process: `python -m rlkeep_dev.devserver.hub --root DIR [--port 0] [--token T]
 --ready-file F` writes {"url", "pid"} to F once listening and stops cleanly on SIGTERM.
 """
 from __future__ import annotations
@@ -1187,7 +1187,7 @@ def stored_blobs(root: str | os.PathLike[str]) -> Iterator[tuple[str, str, bytes
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlkeep.devserver.hub", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m rlkeep_dev.devserver.hub", description=__doc__.split("\n")[0])
     parser.add_argument("--root", required=True, type=Path, help="directory holding the server state")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")

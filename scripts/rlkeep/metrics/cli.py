@@ -1,0 +1,39 @@
+"""`rlkeep metrics LOGS... --out DIR`."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rlkeep.metrics.common import MetricsError
+from rlkeep.metrics.parse import ParsedLog, parse_log_file
+from rlkeep.metrics.report import write_outputs
+from rlkeep.metrics.surface import surface_from_parsed
+from rlkeep.metrics.trials import iter_result_files, trials_from_results
+
+
+# --------------------------------------------------------------------------- CLI
+
+def cli_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="rlkeep metrics",
+        description="Build the metric surface from trainer logs given in chain order (attempt = file stem).")
+    parser.add_argument("logs", nargs="+", help="trainer logs, oldest attempt first")
+    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--results-dir", help="trace directory holding <trial>/result.json")
+    parser.add_argument("--job", help="job name for the report title")
+    args = parser.parse_args(argv)
+    parsed: list[tuple[str, ParsedLog]] = []
+    for log in args.logs:
+        path = Path(log)
+        if not path.is_file():
+            raise MetricsError(f"{log}: trainer log does not exist")
+        parsed.append((path.stem, parse_log_file(path, source=str(log))))
+    surface = surface_from_parsed(parsed)
+    trials = trials_from_results(iter_result_files(args.results_dir)) if args.results_dir else []
+    write_outputs(surface, trials, args.out, job=args.job)
+    for info in surface.files:
+        print(f"{info['source']}: {info['serialization']}, {len(info['steps'])} steps")
+    malformed = sum(1 for trial in trials if trial.get("error"))
+    print(f"metrics: {len(surface.rows)} steps, {len(surface.superseded)} superseded rows, "
+          f"{len(trials)} trials ({malformed} malformed) -> {args.out}")
+    return 0

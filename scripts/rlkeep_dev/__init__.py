@@ -1,0 +1,7 @@
+"""rlkeep's development package: the test rig, not the product.
+
+`rlkeep_dev.devserver` (the Hub-compatible server, the Iris stand-in, the S3 launcher),
+`rlkeep_dev.example` (the realistic finished-run generator) and `rlkeep_dev.demo` (`make demo`).
+It lives beside `rlkeep` in `scripts/` so the editable install (`make setup`, `pip install -e
+'.[test]'`) puts it on the path; the product wheel (`pip wheel .`) packages `rlkeep` only.
+"""
