@@ -11,6 +11,8 @@ rule archive:
         manifest="{job}/archive/MANIFEST",
     log:
         "{job}/logs/archive.log",
+    conda:
+        RLKEEP_ENV
     params:
         settings=get_archive_settings,
     script:
@@ -25,6 +27,8 @@ rule verify_archive:
         verify="{job}/verify/archive.json",
     log:
         "{job}/logs/verify_archive.log",
+    conda:
+        RLKEEP_ENV
     resources:
         net_io=1,
     params:
@@ -45,6 +49,8 @@ rule register:
         register="{job}/register.json",
     log:
         "{job}/logs/register.log",
+    conda:
+        RLKEEP_ENV
     params:
         settings=get_register_settings,
     script:
@@ -62,6 +68,8 @@ rule reclaim:
         reclaim="{job}/reclaim.json",
     log:
         "{job}/logs/reclaim.log",
+    conda:
+        RLKEEP_ENV
     resources:
         net_io=1,
     params:

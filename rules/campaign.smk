@@ -8,10 +8,16 @@ rule campaign:
     input:
         records=get_record_files(),
     output:
-        index=report("campaign/index.html", caption="../report/campaign.rst", category="Campaign"),
+        index=report(
+            "campaign/index.html",
+            caption="../report/campaign.rst",
+            category="Campaign",
+        ),
         runs=expand("campaign/{job}.html", job=get_all_jobs()),
     log:
         "campaign/logs/campaign.log",
+    conda:
+        RLKEEP_ENV
     params:
         records=str(RECORDS_DIR),
         invocation=get_invocation(),  # the command a blocked run's row says to continue with

@@ -7,6 +7,8 @@ rule capture_chain:
         chain="{job}/chain.json",
     log:
         "{job}/logs/capture_chain.log",
+    conda:
+        RLKEEP_ENV
     params:
         settings=get_chain_settings,
     script:
@@ -20,5 +22,7 @@ rule stop_retries:
         retries="{job}/retries.json",
     log:
         "{job}/logs/stop_retries.log",
+    conda:
+        RLKEEP_ENV
     script:
         RUN_STEP

@@ -12,6 +12,8 @@ rule list_checkpoints:
         candidates="{job}/checkpoint/candidates.json",
     log:
         "{job}/logs/list_checkpoints.log",
+    conda:
+        RLKEEP_ENV
     resources:
         net_io=1,
     script:
@@ -24,14 +26,31 @@ rule metric_surface:
         logs_manifest="{job}/sync/logs.manifest.json",
         candidates="{job}/checkpoint/candidates.json",
     output:
-        metrics=report("{job}/metrics/metrics.csv", caption="../report/metrics_csv.rst", category="Metrics", subcategory="{job}"),
+        metrics=report(
+            "{job}/metrics/metrics.csv",
+            caption="../report/metrics_csv.rst",
+            category="Metrics",
+            subcategory="{job}",
+        ),
         superseded="{job}/metrics/superseded.csv",
         eval="{job}/metrics/eval.csv",
         attempts="{job}/metrics/attempts.json",
-        report=report("{job}/metrics/report.md", caption="../report/metrics_md.rst", category="Metrics", subcategory="{job}"),
-        plot=report("{job}/metrics/reward.png", caption="../report/reward.rst", category="Metrics", subcategory="{job}"),
+        report=report(
+            "{job}/metrics/report.md",
+            caption="../report/metrics_md.rst",
+            category="Metrics",
+            subcategory="{job}",
+        ),
+        plot=report(
+            "{job}/metrics/reward.png",
+            caption="../report/reward.rst",
+            category="Metrics",
+            subcategory="{job}",
+        ),
     log:
         "{job}/logs/metric_surface.log",
+    conda:
+        RLKEEP_ENV
     script:
         RUN_STEP
 
@@ -44,10 +63,22 @@ rule trial_table:
     input:
         traces="{job}/sync/trace_jobs.tar",
     output:
-        trials=report("{job}/metrics/trials.csv", caption="../report/trials_csv.rst", category="Trials", subcategory="{job}"),
-        report=report("{job}/metrics/trials.md", caption="../report/trials_md.rst", category="Trials", subcategory="{job}"),
+        trials=report(
+            "{job}/metrics/trials.csv",
+            caption="../report/trials_csv.rst",
+            category="Trials",
+            subcategory="{job}",
+        ),
+        report=report(
+            "{job}/metrics/trials.md",
+            caption="../report/trials_md.rst",
+            category="Trials",
+            subcategory="{job}",
+        ),
     log:
         "{job}/logs/trial_table.log",
+    conda:
+        RLKEEP_ENV
     script:
         RUN_STEP
 
@@ -60,6 +91,8 @@ rule select_checkpoint:
         selected="{job}/checkpoint/selected.json",
     log:
         "{job}/logs/select_checkpoint.log",
+    conda:
+        RLKEEP_ENV
     params:
         settings=get_selection_settings,
     script:

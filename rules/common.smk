@@ -49,8 +49,10 @@ from rlkeep.steps import is_authorized
 validate(config, "../scripts/rlkeep/schemas/config.schema.yaml")
 
 RECORDS_DIR = Path(config["records"])
-# The adapter every rule runs: it calls the function of the rule's row in rlkeep/pipeline.py.
+# The adapter every rule runs, which calls the function named by the rule's row in rlkeep/pipeline.py.
 RUN_STEP = "../scripts/run_step.py"
+# every rule runs in the one pinned environment (`--sdm conda` builds it; without it, the .venv)
+RLKEEP_ENV = "../envs/rlkeep.yaml"
 
 
 JOB_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -90,7 +92,9 @@ def get_all_jobs():
         return []
     jobs = sorted(p.stem for p in RECORDS_DIR.glob("*.yaml"))
     for job in jobs:
-        if not JOB_PATTERN.fullmatch(job):  # it could never be a target: say so, naming the file
+        if not JOB_PATTERN.fullmatch(
+            job
+        ):  # it could never be a target: say so, naming the file
             raise WorkflowError(
                 f"{record_path(RECORDS_DIR, job)}: field 'job' must equal the file stem, and {job!r} is not a "
                 "job name; expected a file named <job>.yaml with <job> matching ^[A-Za-z0-9][A-Za-z0-9._-]*$"
@@ -112,7 +116,11 @@ def get_record_files():
 def get_chain_settings(wildcards):
     """Only what defines the chain: editing anything else in a record never redoes the sync."""
     record = get_record(wildcards.job)
-    return {"chain": list(record.chain), "scheduler": record.scheduler, "cluster": record.cluster}
+    return {
+        "chain": list(record.chain),
+        "scheduler": record.scheduler,
+        "cluster": record.cluster,
+    }
 
 
 def get_record_digest(wildcards):
@@ -132,8 +140,11 @@ def get_sync_settings(kind):
 
 def get_selection_settings(wildcards):
     record = get_record(wildcards.job)
-    return {"rule": record.selection_rule, "behavior_break_step": record.behavior_break_step,
-            "interval": record.checkpoint_interval}
+    return {
+        "rule": record.selection_rule,
+        "behavior_break_step": record.behavior_break_step,
+        "interval": record.checkpoint_interval,
+    }
 
 
 def get_publish_settings(wildcards):
@@ -147,22 +158,34 @@ def get_trace_settings(wildcards):
 
 def get_archive_settings(wildcards):
     record = get_record(wildcards.job)
-    return {"dest": (record.archive or {}).get("dest"), "kind": record.kind, **config["archive"]}
+    return {
+        "dest": (record.archive or {}).get("dest"),
+        "kind": record.kind,
+        **config["archive"],
+    }
 
 
 def get_archive_transfer_settings(wildcards):
     """The archive copy: its destination and the declared regions of both ends (CONTRACT.md section 6),
     so declaring or changing a region re-checks the copy. The allowance itself is not a param: a
-    refused copy leaves no output, so rerunning with --config allow_transfer=<job> runs it."""
+    refused copy leaves no output, so rerunning with --config allow_transfer=<job> runs it.
+    """
     record = get_record(wildcards.job)
     archive = record.archive or {}
-    return {**get_archive_settings(wildcards), "store_region": record.store_region,
-            "archive_region": archive.get("region")}
+    return {
+        **get_archive_settings(wildcards),
+        "store_region": record.store_region,
+        "archive_region": archive.get("region"),
+    }
 
 
 def get_register_settings(wildcards):
     record = get_record(wildcards.job)
-    return {"register": record.register, "base_model": record.base_model, "publish": record.publish}
+    return {
+        "register": record.register,
+        "base_model": record.base_model,
+        "publish": record.publish,
+    }
 
 
 def get_reclaim_settings(wildcards):
@@ -184,14 +207,17 @@ def get_publish_model_inputs(wildcards):
     (the staged card's trace link is pending until link_model_card)."""
     if get_record(wildcards.job).publish is None:
         return {"chain": f"{wildcards.job}/chain.json"}
-    return {"stage": ancient(f"{wildcards.job}/stage/model"),
-            "redaction": f"{wildcards.job}/stage/model.redaction.json"}
+    return {
+        "stage": ancient(f"{wildcards.job}/stage/model"),
+        "redaction": f"{wildcards.job}/stage/model.redaction.json",
+    }
 
 
 def get_link_model_card_inputs(wildcards):
     """The uploaded model (verify/model_upload.json) and its staging, plus verify/traces.json when
     the record names publish.traces: the runbook verifies the trace dataset before reporting its
-    destination to the model publication, so the card's link waits for it (nothing else does)."""
+    destination to the model publication, so the card's link waits for it (nothing else does).
+    """
     job = wildcards.job
     publish = get_record(job).publish
     inputs = {"upload": f"{job}/verify/model_upload.json"}
@@ -220,10 +246,17 @@ def get_kind(job):
 def get_archive_inputs(wildcards):
     """logs always; the synced trace tree only for kinds that have one (not sft)."""
     job = wildcards.job
-    inputs = {"logs": f"{job}/sync/logs.tar", "logs_manifest": f"{job}/sync/logs.manifest.json",
-              "chain": f"{job}/chain.json", "retries": f"{job}/retries.json"}
+    inputs = {
+        "logs": f"{job}/sync/logs.tar",
+        "logs_manifest": f"{job}/sync/logs.manifest.json",
+        "chain": f"{job}/chain.json",
+        "retries": f"{job}/retries.json",
+    }
     if get_kind(job).trace_tree is not None:
-        inputs.update(traces=f"{job}/sync/trace_jobs.tar", traces_manifest=f"{job}/sync/trace_jobs.manifest.json")
+        inputs.update(
+            traces=f"{job}/sync/trace_jobs.tar",
+            traces_manifest=f"{job}/sync/trace_jobs.manifest.json",
+        )
     return inputs
 
 
@@ -233,7 +266,9 @@ def get_reclaim_inputs(wildcards):
     kind = get_kind(job)
     inputs = {name: f"{job}/verify/{name}.json" for name in kind.verify_sentinels}
     inputs["logs_manifest"] = f"{job}/sync/logs.manifest.json"
-    inputs["archive_manifest"] = f"{job}/archive/MANIFEST"  # reclaim.json says where each deleted object is kept
+    inputs["archive_manifest"] = (
+        f"{job}/archive/MANIFEST"  # reclaim.json says where each deleted object is kept
+    )
     if kind.trace_tree is not None:
         inputs["traces_manifest"] = f"{job}/sync/trace_jobs.manifest.json"
     return inputs
@@ -267,8 +302,12 @@ def refresh_campaign():
     failure here is reported and does not hide the run's own result."""
     try:
         write_campaign_files()
-    except Exception as error:  # noqa: BLE001 - the run's outcome matters more than its view
-        print(f"rlkeep: campaign/index.html was not refreshed: {error}", file=sys.stderr)
+    except (
+        Exception
+    ) as error:  # noqa: BLE001 - the run's outcome matters more than its view
+        print(
+            f"rlkeep: campaign/index.html was not refreshed: {error}", file=sys.stderr
+        )
 
 
 onsuccess:
@@ -286,8 +325,13 @@ onerror:
 
 def get_done_inputs(wildcards):
     """The evidence file of every step the job's kind has (rlkeep.pipeline.STEPS is the one list of
-    steps); DONE reports the others as not_applicable, so their rules never enter the DAG."""
+    steps); DONE reports the others as not_applicable, so their rules never enter the DAG.
+    """
     from rlkeep.pipeline import STEPS
 
     kind = get_kind(wildcards.job)
-    return {step.name: f"{wildcards.job}/{step.evidence}" for step in STEPS if kind.applies(step.name)}
+    return {
+        step.name: f"{wildcards.job}/{step.evidence}"
+        for step in STEPS
+        if kind.applies(step.name)
+    }

@@ -11,6 +11,8 @@ rule export_model:
         export="{job}/export.json",
     log:
         "{job}/logs/export_model.log",
+    conda:
+        RLKEEP_ENV
     resources:
         net_io=1,
     script:

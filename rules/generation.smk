@@ -9,9 +9,21 @@ rule generation_stats:
     output:
         vllm="{job}/metrics/vllm.csv",
         batch_errors="{job}/metrics/batch_errors.csv",
-        report=report("{job}/metrics/generation.md", caption="../report/generation_md.rst", category="Metrics", subcategory="{job}"),
-        plot=report("{job}/metrics/vllm.png", caption="../report/vllm.rst", category="Metrics", subcategory="{job}"),
+        report=report(
+            "{job}/metrics/generation.md",
+            caption="../report/generation_md.rst",
+            category="Metrics",
+            subcategory="{job}",
+        ),
+        plot=report(
+            "{job}/metrics/vllm.png",
+            caption="../report/vllm.rst",
+            category="Metrics",
+            subcategory="{job}",
+        ),
     log:
         "{job}/logs/generation_stats.log",
+    conda:
+        RLKEEP_ENV
     script:
         RUN_STEP

@@ -27,6 +27,8 @@ rule stage_model:
         redaction="{job}/stage/model.redaction.json",
     log:
         "{job}/logs/stage_model.log",
+    conda:
+        RLKEEP_ENV
     params:
         settings=get_publish_settings,
     script:
@@ -40,6 +42,8 @@ rule publish_model:
         verify="{job}/verify/model_upload.json",
     log:
         "{job}/logs/publish_model.log",
+    conda:
+        RLKEEP_ENV
     resources:
         net_io=1,
     params:
@@ -59,6 +63,8 @@ rule stage_traces:
         stage=directory("{job}/stage/traces"),
     log:
         "{job}/logs/stage_traces.log",
+    conda:
+        RLKEEP_ENV
     params:
         settings=get_trace_settings,
     script:
@@ -72,6 +78,8 @@ rule publish_traces:
         verify="{job}/verify/traces.json",
     log:
         "{job}/logs/publish_traces.log",
+    conda:
+        RLKEEP_ENV
     resources:
         net_io=1,
     params:
@@ -91,6 +99,8 @@ rule link_model_card:
         verify="{job}/verify/model.json",
     log:
         "{job}/logs/link_model_card.log",
+    conda:
+        RLKEEP_ENV
     resources:
         net_io=1,
     params:

@@ -7,9 +7,16 @@ rule done:
         unpack(get_done_inputs),
     output:
         done="{job}/DONE",
-        report=report("{job}/REPORT.md", caption="../report/done.rst", category="Completion record", subcategory="{job}"),
+        report=report(
+            "{job}/REPORT.md",
+            caption="../report/done.rst",
+            category="Completion record",
+            subcategory="{job}",
+        ),
     log:
         "{job}/logs/done.log",
+    conda:
+        RLKEEP_ENV
     params:
         settings=get_record_digest,
     script:

@@ -11,6 +11,8 @@ rule sync_logs:
         manifest="{job}/sync/logs.manifest.json",
     log:
         "{job}/logs/sync_logs.log",
+    conda:
+        RLKEEP_ENV
     resources:
         net_io=1,
     params:
@@ -27,6 +29,8 @@ rule sync_traces:
         manifest="{job}/sync/trace_jobs.manifest.json",
     log:
         "{job}/logs/sync_traces.log",
+    conda:
+        RLKEEP_ENV
     resources:
         net_io=1,
     params:
