@@ -65,7 +65,8 @@ from rlkeep.jsonskim import SkimError, pick_members
 from rlkeep.trace_card import CARD_MARKER, CARD_NAME, CardInfo, render_card
 from rlkeep.trace_rows import (
     COLUMNS, CONVERSATION_TYPE, MAIN_SOURCE, SHAREGPT_COLUMN, SHAREGPT_TYPE, SHARD_NAME, TEXT_COLUMNS, Context,
-    content_text, context_messages, episode_conversations, instruction_of, row_schema, subagent_refs, tools_block,
+    content_text, context_messages, episode_conversations, row_schema, subagent_source, tools_block,
+    whole_conversation,
 )
 from rlkeep.trace_rows import sharegpt as to_sharegpt  # the option is called `sharegpt`
 
@@ -560,20 +561,28 @@ def _mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _model_columns(result: dict[str, Any], agent: dict[str, Any]) -> tuple[Any, Any]:
-    """(model, provider): the trajectory's agent.model_name as written (Harbor's `model`), else
-    config.agent.model_name; the provider from agent_info.model_info, else the name's prefix."""
-    model_info = _mapping(_mapping(result.get("agent_info")).get("model_info"))
-    model_name = agent.get("model_name") or _mapping(_mapping(result.get("config")).get("agent")).get("model_name")
-    provider = str(model_name or "").rpartition("/")[0]
-    return model_name or model_info.get("name") or None, model_info.get("provider") or provider or None
+def _run_metadata(result: dict[str, Any]) -> dict[str, Any]:
+    """Harbor 0.26's run metadata from result.json (its fallbacks, in its order)."""
+    config = _mapping(result.get("config"))
+    agent_cfg = _mapping(config.get("agent"))
+    agent_info = _mapping(result.get("agent_info"))
+    model_info = _mapping(agent_info.get("model_info"))
+    return {
+        "agent": agent_cfg.get("name") or agent_info.get("name") or config.get("agent_name") or result.get("agent_name"),
+        "model": (model_info.get("name") or agent_cfg.get("model_name") or agent_info.get("model_name")
+                  or config.get("engine")),
+        "model_provider": (model_info.get("provider") or agent_cfg.get("provider") or agent_info.get("provider")
+                           or config.get("engine")),
+        "run_id": (config.get("job_id") or config.get("job_name") or result.get("job_id") or result.get("run_id")
+                   or result.get("trial_name")),
+    }
 
 
 class _Contexts:
     """Turns the ATIF documents of one agent (main or subagent) into contexts."""
 
-    def __init__(self, scrub: Callable[[str], str], repairs: Counter[str], repair_think: bool):
-        self.scrub, self.repairs, self.repair_think = scrub, repairs, repair_think
+    def __init__(self, scrub: Callable[[str], str], repairs: Counter[str]):
+        self.scrub, self.repairs = scrub, repairs
 
     def build(self, documents: list[tuple[str, bytes]]) -> tuple[list[Context], dict[str, Any], list[dict[str, Any]]]:
         """(contexts, first file's agent block, all steps)."""
@@ -581,42 +590,58 @@ class _Contexts:
         agent: dict[str, Any] = {}
         every: list[dict[str, Any]] = []
         episode = 0
-        tools: str | None = None
         for index, (rel, data) in enumerate(documents):
             doc = _trajectory_doc(rel, data, self.repairs)
+            file_agent = _mapping(doc.get("agent"))
             if index == 0:
-                agent = _mapping(doc.get("agent"))
+                agent = file_agent
                 if not doc["steps"]:
                     raise MalformedTrial("empty_steps", rel)
-                definitions = agent.get("tool_definitions")
-                tools = tools_block(definitions) if isinstance(definitions, list) and definitions else None
-            context, episode = context_messages(doc["steps"], self.scrub, episode, tools=tools,
-                                                repair_think=self.repair_think)
+            definitions = file_agent.get("tool_definitions")
+            tools = tools_block(definitions) if isinstance(definitions, list) and definitions else None
+            context, episode = context_messages(doc["steps"], self.scrub, episode, tools=tools)
             contexts.append(context)
             every += doc["steps"]
         return contexts, agent, every
 
 
-def _subagent_sources(trial: TrialContent, steps: list[dict[str, Any]], builder: _Contexts,
-                      repairs: Counter[str]) -> list[tuple[str, list[Context], dict[str, str | None]]]:
+def _subagent_sources(trial: TrialContent, builder: _Contexts, repairs: Counter[str],
+                      run_model: Any) -> list[tuple[str, list[Context], dict[str, str | None]]]:
+    """One source per `agent/trajectory.<kind>.json` (sorted by file name), labelled `<kind>`."""
     sources = []
-    for label, path in subagent_refs(steps):
-        rel = f"agent/{path}" if path else None
-        if rel is None or rel not in trial.files:
-            repairs["subagent_trajectory_missing"] += 1
+    for rel in sorted(trial.files):
+        kind = subagent_source(rel)
+        if kind is None:
             continue
         try:
             contexts, agent, _ = builder.build([(rel, trial.files[rel])])
         except MalformedTrial:
             repairs["subagent_trajectory_unreadable"] += 1
             continue
-        overrides = {"model": builder.scrub(str(agent["model_name"]))} if agent.get("model_name") else {}
-        sources.append((f"subagent:{label}", contexts, overrides))
+        model = agent.get("model_name") or run_model
+        sources.append((kind, contexts, {"model": None if model is None else builder.scrub(str(model))}))
     return sources
 
 
-def read_trial(trial: TrialContent, scrub: Callable[[str], str], repairs: Counter[str],
-               repair_think: bool = False) -> TrialRows:
+def instruction_text(trial: TrialContent) -> str | None:
+    """Harbor's `instruction`: in the first (by name) `agent/trajectory*.json` that is not a
+    summarization, the first step whose message is a non-blank string, stripped."""
+    names = sorted(rel for rel in trial.files if rel.startswith("agent/trajectory") and "/" not in rel[6:]
+                   and rel.endswith(".json") and ".summarization" not in rel)
+    if not names:
+        return None
+    try:
+        steps = json.loads(trial.files[names[0]]).get("steps")
+    except (ValueError, AttributeError):
+        return None
+    for step in steps if isinstance(steps, list) else []:
+        message = step.get("message") if isinstance(step, dict) else None
+        if isinstance(message, str) and message.strip():
+            return message.strip()
+    return None
+
+
+def read_trial(trial: TrialContent, scrub: Callable[[str], str], repairs: Counter[str]) -> TrialRows:
     """Parse one trial into metadata and contexts, or raise MalformedTrial with the reason."""
     if trial.result is None:
         raise MalformedTrial("missing_result")
@@ -625,26 +650,26 @@ def read_trial(trial: TrialContent, scrub: Callable[[str], str], repairs: Counte
         raise MalformedTrial("invalid_json_result", "result.json is not an object")
     if MAIN_TRAJECTORY not in trial.files:
         raise MalformedTrial("missing_trajectory")
-    builder = _Contexts(scrub, repairs, repair_think)
-    contexts, agent, steps = builder.build(trial.trajectories())
-    first = [m for c in contexts[:1] for m in c.messages]
+    builder = _Contexts(scrub, repairs)
+    contexts, agent, _ = builder.build(trial.trajectories())
     if not any(m.episode is not None for c in contexts for m in c.messages):
         raise MalformedTrial("no_agent_steps")
-    if first[0].role == "assistant":
+    if contexts[0].messages[0].role == "assistant":
         raise MalformedTrial("no_user_turn")
     reward = _reward(result)
     exception_type = _exception_type(result)
     verifier_parts = [trial.files[rel].decode("utf-8", errors="replace")
                       for rel in VERIFIER_OUTPUT if rel in trial.files]
-    model, provider = _model_columns(result, agent)
+    run = _run_metadata(result)
     trial_name = result.get("trial_name") or trial.name
     metadata = {
-        "agent": agent.get("name") or _mapping(result.get("agent_info")).get("name"),
-        "model": model,
-        "model_provider": provider,
+        # Main rows name the trajectory's agent and model; subagent rows the run's agent.
+        "agent": agent.get("name") or run["agent"],
+        "model": agent.get("model_name") or run["model"],
+        "model_provider": run["model_provider"],
         "date": result.get("started_at"),
         "task": result.get("task_name"),
-        "run_id": _mapping(result.get("config")).get("job_id") or trial_name,  # SkyRL: job_id is null
+        "run_id": run["run_id"] or trial_name,  # SkyRL: job_id is null, so the trial name
         "trial_name": trial_name,
     }
     columns: dict[str, str | None] = {key: None if value is None else scrub(str(value))
@@ -653,12 +678,14 @@ def read_trial(trial: TrialContent, scrub: Callable[[str], str], repairs: Counte
     columns["result"] = exception_type if exception_type else (str(reward) if reward is not None else None)
     definitions = agent.get("tool_definitions")
     has_tools = isinstance(definitions, list) and bool(definitions)
-    system = next((step for step in steps if step["source"] == "system"), None)
-    raw_system = scrub(content_text(system.get("message"))) if system is not None else None
-    columns["instruction"] = instruction_of(contexts, has_tools, raw_system)
+    instruction = instruction_text(trial)
+    columns["instruction"] = None if instruction is None else scrub(instruction)
     columns["verifier_output"] = scrub("".join(verifier_parts)) if verifier_parts else None
     columns["tool_definitions"] = scrub(json.dumps(definitions, ensure_ascii=False)) if has_tools else None
-    sources = [(MAIN_SOURCE, contexts, {})] + _subagent_sources(trial, steps, builder, repairs)
+    run_agent = None if run["agent"] is None else scrub(str(run["agent"]))
+    subagents = [(kind, found, dict(overrides, agent=run_agent, tool_definitions=None))
+                 for kind, found, overrides in _subagent_sources(trial, builder, repairs, run["model"])]
+    sources = [(MAIN_SOURCE, contexts, {})] + subagents
     success = exception_type is None and reward is not None and reward > 0
     return TrialRows(reward=reward, success=success, columns=columns, sources=sources)
 
@@ -832,7 +859,8 @@ class _Scrubber:
 def _trial_rows(trial: TrialRows, episodes: str) -> Iterator[tuple[Conversation, dict[str, str | None]]]:
     """The main trajectory's rows, then each subagent's, labelled in trace_source."""
     for source, contexts, overrides in trial.sources:
-        for episode, conversation in episode_conversations(contexts, episodes):
+        found = episode_conversations(contexts, episodes) if source == MAIN_SOURCE else whole_conversation(contexts)
+        for episode, conversation in found:
             yield conversation, dict(trial.columns, **overrides, episode=f"episode-{episode}", trace_source=source)
 
 
@@ -862,7 +890,7 @@ def export_rows(trials: Iterable[TrialContent], data_dir: Path, *, episodes: str
             if content.result is not None:
                 result_count += 1
             try:
-                trial = read_trial(content, scrub, scrub.repairs, repair_think=clean_terminal_noise)
+                trial = read_trial(content, scrub, scrub.repairs)
             except MalformedTrial as problem:
                 malformed[problem.reason] += 1
                 names = examples.setdefault(problem.reason, [])
