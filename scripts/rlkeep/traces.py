@@ -3,7 +3,7 @@
 Input is the sync step's `trace_jobs.tar` (member names relative to the trace root, e.g.
 `<trial>/result.json`) or an already extracted trace root. Every trial directory is read:
 `result.json`, the ATIF `agent/trajectory.json` with its `trajectory.cont-N.json`
-continuations and the subagent trajectories it refers to, and `verifier/test-stdout.txt` +
+continuations, the subagent trajectories `agent/trajectory.<kind>.json`, and `verifier/test-stdout.txt` +
 `test-stderr.txt`. Rows are Harbor 0.26 `traces export` rows (rendering: rlkeep.trace_rows;
 columns: `COLUMNS`, plus `conversations_sharegpt` with sharegpt=True); shards are
 `data/train-iiiii-of-nnnnn.parquet` carrying the `huggingface` Features metadata, next to
@@ -19,8 +19,15 @@ Decisions worth knowing (the manifest states the ones a reader of the data needs
   else null. `filter="success"` keeps trials with no exception and reward > 0; `"failure"` the rest.
 - `model` is the trajectory's `agent.model_name` as written (`hosted_vllm/Qwen3-8B`).
 - `verifier_output` is test-stdout then test-stderr joined with nothing (Harbor's join).
-- `instruction` is the first user message (Terminus-2 puts its prompt and the task there);
-  with native tools, the system text.
+- `instruction` (as Harbor 0.26): in the first trajectory file by name that is not a
+  summarization, the first step's non-blank message, stripped (system or user).
+- `agent`/`model`: main rows name the trajectory's `agent` block; subagent rows the run's agent
+  (result.json) and the subagent trajectory's model. `model_provider` and `run_id` follow
+  Harbor's fallbacks through result.json (agent_info.model_info.provider; config.job_id, ...,
+  else the trial name).
+- Where Harbor's table leaves a column out (it keeps the first row's keys only), rlkeep writes
+  it anyway, empty: `tool_definitions` null, `trace_source` `main`. `tool_definitions` is the
+  definitions' JSON text, where Harbor's `datasets` table infers a struct.
 - Text is what the model saw: credentials are always redacted (counts per kind reach the
   manifest and the card) and lone surrogates, which parquet text cannot hold, become U+FFFD.
   Terminal-noise cleaning (ANSI/OSC escapes, bracketed-paste markers, carriage-return
