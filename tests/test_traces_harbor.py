@@ -253,12 +253,12 @@ def test_shard_names_and_huggingface_features_metadata(tmp_path: Path) -> None:
     assert [shard["name"] for shard in manifest["shards"]] == names
     value = {"dtype": "string", "_type": "Value"}
     expected = {"conversations": [{"role": value, "content": value}],
-                **{name: value for name in COLUMNS[1:]},
-                SHAREGPT_COLUMN: [{"from": value, "value": value}]}
+                **{name: value for name in COLUMNS[1:-1]},
+                SHAREGPT_COLUMN: [{"from": value, "value": value}], "trace_source": value}
     for name in names:
         schema = pq.read_schema(tmp_path / "out" / "data" / name)
         features = json.loads(schema.metadata[b"huggingface"])["info"]["features"]
-        assert features == expected and list(features) == schema.names == list(COLUMNS) + [SHAREGPT_COLUMN]
+        assert features == expected and list(features) == schema.names == list(COLUMNS[:-1]) + [SHAREGPT_COLUMN, "trace_source"]
     row = pq.read_table(tmp_path / "out" / "data" / names[0]).to_pylist()[0]
     assert row[SHAREGPT_COLUMN] == [{"from": "human", "value": "Task"}, {"from": "gpt", "value": "answer 0"}]
     plain = pq.read_schema(export(root, tmp_path / "plain")[0] and tmp_path / "plain" / "data" /

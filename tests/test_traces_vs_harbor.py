@@ -147,6 +147,9 @@ def compare(harbor: dict[str, Any], ours: dict[str, list[dict]], label: str) -> 
     redactor = Redactor()
     theirs = keyed(harbor["rows"])
     mine = keyed([row for rows in ours.values() for row in rows])
+    my_order = list(next(iter(mine.values())))
+    assert [name for name in my_order if name in harbor["columns"]] == harbor["columns"], (
+        f"{label}: column order {my_order} against Harbor's {harbor['columns']}")
     assert sorted(mine) == sorted(theirs), f"{label}: different row sets"
     assert theirs, f"{label}: Harbor exported nothing"
     redaction_only = 0

@@ -5,7 +5,7 @@ Input is the sync step's `trace_jobs.tar` (member names relative to the trace ro
 `result.json`, the ATIF `agent/trajectory.json` with its `trajectory.cont-N.json`
 continuations, the subagent trajectories `agent/trajectory.<kind>.json`, and `verifier/test-stdout.txt` +
 `test-stderr.txt`. Rows are Harbor 0.26 `traces export` rows (rendering: rlkeep.trace_rows;
-columns: `COLUMNS`, plus `conversations_sharegpt` with sharegpt=True); shards are
+columns: `column_names(sharegpt)`, Harbor's order); shards are
 `data/train-iiiii-of-nnnnn.parquet` carrying the `huggingface` Features metadata, next to
 `trace_export_manifest.json` and the dataset card README.md (rlkeep.trace_card).
 
@@ -72,7 +72,7 @@ from rlkeep.jsonskim import SkimError, pick_members
 from rlkeep.trace_card import CARD_MARKER, CARD_NAME, CardInfo, render_card
 from rlkeep.trace_rows import (
     COLUMNS, CONVERSATION_TYPE, MAIN_SOURCE, SHAREGPT_COLUMN, SHAREGPT_TYPE, SHARD_NAME, TEXT_COLUMNS, Context,
-    content_text, context_messages, episode_conversations, row_schema, subagent_source, tools_block,
+    column_names, content_text, context_messages, episode_conversations, row_schema, subagent_source, tools_block,
     whole_conversation,
 )
 from rlkeep.trace_rows import sharegpt as to_sharegpt  # the option is called `sharegpt`
@@ -749,10 +749,14 @@ class _RowBatch:
         self.chars += sum(len(content) for _, content in conversation) * (2 if self.sharegpt else 1)
 
     def table(self) -> pa.Table:
-        arrays = [_turns_array(self.conversations, CONVERSATION_TYPE)]
-        arrays += [pa.array(self.columns[name], pa.string()) for name in TEXT_COLUMNS]
-        if self.sharegpt:
-            arrays.append(_turns_array([to_sharegpt(c) for c in self.conversations], SHAREGPT_TYPE))
+        arrays = []
+        for name in self.schema.names:
+            if name == "conversations":
+                arrays.append(_turns_array(self.conversations, CONVERSATION_TYPE))
+            elif name == SHAREGPT_COLUMN:
+                arrays.append(_turns_array([to_sharegpt(c) for c in self.conversations], SHAREGPT_TYPE))
+            else:
+                arrays.append(pa.array(self.columns[name], pa.string()))
         return pa.Table.from_arrays(arrays, schema=self.schema)
 
 
@@ -929,7 +933,7 @@ def export_rows(trials: Iterable[TrialContent], data_dir: Path, *, episodes: str
         "filter": filter,
         "filter_rule": FILTER_RULES[filter],
         "episodes": episodes,
-        "columns": list(COLUMNS) + ([SHAREGPT_COLUMN] if sharegpt else []),
+        "columns": column_names(sharegpt),
         "text_changes": {
             "credentials_redacted": True,
             "lone_surrogates_replaced": True,
