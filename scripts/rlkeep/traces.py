@@ -72,7 +72,7 @@ from rlkeep.jsonskim import SkimError, pick_members
 from rlkeep.trace_card import CARD_MARKER, CARD_NAME, CardInfo, render_card
 from rlkeep.trace_rows import (
     COLUMNS, CONVERSATION_TYPE, MAIN_SOURCE, SHAREGPT_COLUMN, SHAREGPT_TYPE, SHARD_NAME, TEXT_COLUMNS, Context,
-    column_names, content_text, context_messages, episode_conversations, row_schema, subagent_source, tools_block,
+    column_names, context_messages, episode_conversations, row_schema, subagent_source, tools_block,
     whole_conversation,
 )
 from rlkeep.trace_rows import sharegpt as to_sharegpt  # the option is called `sharegpt`
