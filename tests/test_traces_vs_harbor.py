@@ -96,6 +96,12 @@ def build_edge_cases(root: Path) -> None:
     write_trial(root, "timed-out__FFFFFFF", steps, reward=1.0, exception="AgentTimeoutError")
     write_trial(root, "failed__HHHHHHH", steps, reward=0.0, stderr="AssertionError\n")
     write_trial(root, "no-reward__OOOOOOO", steps, reward=None)
+    for name, rewards in (("other-key__PPPPPPP", {"score": 1.0}), ("text-reward__QQQQQQQ", {"reward": "1"}),
+                          ("word-reward__RRRRRRR", {"reward": "pass"})):
+        write_trial(root, name, steps)
+        result_path = root / name / "result.json"
+        result = json.loads(result_path.read_text())
+        result_path.write_text(json.dumps(dict(result, verifier_result={"rewards": rewards})))
     coloured = "\x1b[01;32mroot@box\x1b[00m:/app# ls\r\nDownloading  10%\rDownloading 100%"
     write_trial(root, "coloured__IIIIIIII", [user(1, "Task"), agent(2, "ls", observation=[{"content": coloured}]),
                                              agent(3, "done")], stdout="\x1b[32m1 passed\x1b[0m")

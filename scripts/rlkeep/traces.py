@@ -15,8 +15,9 @@ Decisions worth knowing (the manifest states the ones a reader of the data needs
   shards. Same input, same options and same pyarrow version give the same bytes: fixed
   schema, fixed writer options, no timestamps.
 - `result` (as Harbor 0.26): the exception type when result.json has one (a trial that timed out
-  and was still verified is its `AgentTimeoutError`), else the reward (`str(float(reward))`),
-  else null. `filter="success"` keeps trials with no exception and reward > 0; `"failure"` the rest.
+  and was still verified is its `AgentTimeoutError`), else `rewards["reward"]` as
+  `str(float(reward))` (its text when not a number), else null. `filter="success"` keeps trials
+  whose `result` is a number above 0; `"failure"` the rest.
 - `model` is the trajectory's `agent.model_name` as written (`hosted_vllm/Qwen3-8B`).
 - `verifier_output` is test-stdout then test-stderr joined with nothing (Harbor's join).
 - `instruction` (as Harbor 0.26): in the first trajectory file by name that is not a
@@ -524,17 +525,26 @@ def _read_result(data: bytes, repairs: Counter[str]) -> Any:
     return _read_json(data, RESULT, "invalid_json_result", repairs)
 
 
-def _reward(result: dict[str, Any]) -> float | None:
+def _reward_text(result: dict[str, Any]) -> str | None:
+    """Harbor 0.26's reward text: `verifier_result.rewards["reward"]` as `str(float(value))`, or
+    the value's text when it is not a number; None when there is no such reward."""
     verifier = result.get("verifier_result")
     rewards = verifier.get("rewards") if isinstance(verifier, dict) else None
-    if not isinstance(rewards, dict):
+    value = rewards.get("reward") if isinstance(rewards, dict) else None
+    if value is None:
         return None
-    value = rewards.get("reward")
-    if value is None and len(rewards) == 1:
-        value = next(iter(rewards.values()))
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
+    try:
+        return str(float(value))
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _is_success(result_text: str | None) -> bool:
+    """Harbor's success rule on the `result` column: a number above zero (an exception is not)."""
+    try:
+        return result_text is not None and float(result_text) > 0
+    except ValueError:
+        return False
 
 
 def _exception_type(result: dict[str, Any]) -> str | None:
@@ -558,7 +568,6 @@ def _trajectory_doc(rel: str, data: bytes, repairs: Counter[str]) -> dict[str, A
 class TrialRows:
     """A readable trial: its metadata columns and, per trace source, its contexts."""
 
-    reward: float | None
     success: bool
     columns: dict[str, str | None]
     sources: list[tuple[str, list[Context], dict[str, str | None]]]  # (trace_source, contexts, overrides)
@@ -663,7 +672,6 @@ def read_trial(trial: TrialContent, scrub: Callable[[str], str], repairs: Counte
         raise MalformedTrial("no_agent_steps")
     if contexts[0].messages[0].role == "assistant":
         raise MalformedTrial("no_user_turn")
-    reward = _reward(result)
     exception_type = _exception_type(result)
     verifier_parts = [trial.files[rel].decode("utf-8", errors="replace")
                       for rel in VERIFIER_OUTPUT if rel in trial.files]
@@ -682,7 +690,7 @@ def read_trial(trial: TrialContent, scrub: Callable[[str], str], repairs: Counte
     columns: dict[str, str | None] = {key: None if value is None else scrub(str(value))
                                       for key, value in metadata.items()}
     # Harbor 0.26: an exception wins over a reward (a timed-out trial that was still verified).
-    columns["result"] = exception_type if exception_type else (str(reward) if reward is not None else None)
+    columns["result"] = None if (text := exception_type or _reward_text(result)) is None else scrub(text)
     definitions = agent.get("tool_definitions")
     has_tools = isinstance(definitions, list) and bool(definitions)
     instruction = instruction_text(trial)
@@ -693,8 +701,7 @@ def read_trial(trial: TrialContent, scrub: Callable[[str], str], repairs: Counte
     subagents = [(kind, found, dict(overrides, agent=run_agent, tool_definitions=None))
                  for kind, found, overrides in _subagent_sources(trial, builder, repairs, run["model"])]
     sources = [(MAIN_SOURCE, contexts, {})] + subagents
-    success = exception_type is None and reward is not None and reward > 0
-    return TrialRows(reward=reward, success=success, columns=columns, sources=sources)
+    return TrialRows(success=_is_success(columns["result"]), columns=columns, sources=sources)
 
 
 def keep_trial(success: bool, filter: str) -> bool:
