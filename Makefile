@@ -8,7 +8,7 @@ EXTRAS := test,torch,postgres,slurm
 # the suite waits on servers and subprocesses: three workers keep it short on two cores
 PYTEST_ARGS ?= -n 3
 
-.PHONY: setup test demo bench lint clean-demo
+.PHONY: setup test demo bench lint clean-demo harbor-env
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,12 @@ lint: setup
 	mkdir -p demo-data
 	$(VENV)/bin/snakemake --lint --snakefile Snakefile --directory demo-data -n
 	$(VENV)/bin/snakefmt --check Snakefile rules/
+
+# Harbor 0.26 (Python >= 3.12) in its own env for tests/test_traces_vs_harbor.py; never in .venv
+HARBOR_ENV ?= $(HOME)/.cache/rlkeep-bench/harbor
+
+harbor-env:
+	scripts/dev/harbor_env.sh $(HARBOR_ENV)
 
 clean-demo:
 	rm -rf demo-data

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rlkeep.traces import COLUMNS, SHAREGPT_COLUMN
+from rlkeep.traces import SHAREGPT_COLUMN, column_names
 from tests.test_traces_harbor import agent, export, user, write_trial
 
 datasets = pytest.importorskip("datasets", reason="`datasets` is in the test extra (pip install -e '.[test]')")
@@ -17,11 +17,9 @@ datasets = pytest.importorskip("datasets", reason="`datasets` is in the test ext
 def harbor_features(*, sharegpt: bool) -> "datasets.Features":
     """Harbor 0.26's export Features, written from its documented columns (formats.md section 4)."""
     text = datasets.Value("string")
-    features = {"conversations": datasets.List({"role": text, "content": text}),
-                **{name: text for name in COLUMNS[1:]}}
-    if sharegpt:
-        features[SHAREGPT_COLUMN] = datasets.List({"from": text, "value": text})
-    return datasets.Features(features)
+    turns = {"conversations": datasets.List({"role": text, "content": text}),
+             SHAREGPT_COLUMN: datasets.List({"from": text, "value": text})}
+    return datasets.Features({name: turns.get(name, text) for name in column_names(sharegpt)})
 
 
 @pytest.fixture()

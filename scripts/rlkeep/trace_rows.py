@@ -1,24 +1,24 @@
 """ATIF trajectories -> trace-dataset conversations, rendered as Harbor 0.26's `traces export` does.
 
-Facts this follows (docs/reference.md, formats §3.3 and §4 and the issue 21 comparison with Harbor 0.26):
+Facts this follows (Harbor 0.26's `harbor.utils.traces_utils`, checked row by row against its
+exporter by tests/test_traces_vs_harbor.py):
 - Each trajectory file is one context the model saw: trajectory.json, then each
   `trajectory.cont-N.json` after a context summarization. A row holds the steps of the file its
   episode lives in, so a post-summary row starts from what the model saw after the summary (the
   copied context and the summary), not from the whole history. Episodes keep counting across
   files; an agent step marked `is_copied_context` is context, not a new episode.
-- Roles: `system` steps -> "system", `user` steps -> "user", `agent` steps -> "assistant"; an
-  observation is a "user" turn after its agent turn except after the row's final agent turn.
-  Consecutive same-role turns stay apart (nothing is merged).
-- An observation with several results contributes its first result only.
-- Agent turns: `<think>{reasoning}</think>\\n{message}` (reasoning only when present), then one
-  `<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>` block per call, joined by newlines.
-- Native tools (`agent.tool_definitions`): a `<tools>` block (one JSON definition per line) is
-  appended to the first system message of each context (a system message holding only the block
-  is put first when there is none); the definitions also fill `tool_definitions`, and the system
-  text is the `instruction`.
-- Subagents (`observation.results[].subagent_trajectory_ref`): the referenced trajectory files
-  (paths relative to the trial's agent/ folder) give rows of their own, labelled in `trace_source`
-  (`subagent:<trajectory_path or session_id>`); the main trajectory's rows say `main`.
+- Roles: `system` and `user` steps -> "user", `agent` steps -> "assistant"; an observation is a
+  "user" turn after its agent turn except after the row's final agent turn. Consecutive
+  same-role turns stay apart (nothing is merged).
+- An observation with several results joins every result's content with newlines; a content
+  given as a list of parts contributes its first part's text.
+- Agent turns: `<think>{reasoning}</think>`, the message and one
+  `<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>` block per call, joined by newlines.
+- Native tools (`agent.tool_definitions`): `<tools>\n{definitions as indented JSON}\n</tools>\n\n`
+  goes before the text of each context's first system message (nothing is added when there is
+  no system step); the definitions also fill `tool_definitions`.
+- Subagents: every `agent/trajectory.<kind>.json` that is not a continuation is one row of its
+  own holding the whole conversation, episode-0, `trace_source` `<kind>`; main rows say `main`.
 """
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ from typing import Any
 import pyarrow as pa
 
 MAIN_SOURCE = "main"
-ROLE_OF_SOURCE = {"system": "system", "user": "user", "agent": "assistant"}
+# Harbor 0.26 turns system steps into user turns (the task instruction from the user).
+ROLE_OF_SOURCE = {"system": "user", "user": "user", "agent": "assistant"}
 SHAREGPT_FROM = {"system": "system", "user": "human", "assistant": "gpt"}
 
 CONVERSATION_TYPE = pa.list_(pa.struct([
@@ -41,10 +42,20 @@ SHAREGPT_TYPE = pa.list_(pa.struct([
     pa.field("from", pa.string(), nullable=False),
     pa.field("value", pa.string(), nullable=False),
 ]))
+# Harbor 0.26's column order with every option on (tools in the first row, subagents present):
+# ShareGPT, when asked for, comes before trace_source (see column_names).
 TEXT_COLUMNS = ("agent", "model", "model_provider", "date", "task", "episode", "run_id", "trial_name",
-                "result", "instruction", "verifier_output", "tool_definitions", "trace_source")
+                "tool_definitions", "result", "instruction", "verifier_output", "trace_source")
 COLUMNS = ("conversations",) + TEXT_COLUMNS
 SHAREGPT_COLUMN = "conversations_sharegpt"
+
+
+def column_names(sharegpt: bool) -> list[str]:
+    """The columns in file order: COLUMNS, with the ShareGPT column before `trace_source`."""
+    names = list(COLUMNS)
+    if sharegpt:
+        names.insert(names.index("trace_source"), SHAREGPT_COLUMN)
+    return names
 # Shard names as Harbor's exporter (and `datasets.push_to_hub`) writes them.
 SHARD_NAME = "train-{index:05d}-of-{count:05d}.parquet"
 
@@ -56,20 +67,17 @@ def _value() -> dict[str, str]:
 def hf_features(sharegpt: bool) -> dict[str, Any]:
     """The `datasets` Features of the rows, in the form every `datasets` version reads (a list of
     dicts is a list feature: `List` from datasets 4 on, a sequence of dicts before)."""
-    features: dict[str, Any] = {"conversations": [{"role": _value(), "content": _value()}]}
-    features.update({name: _value() for name in TEXT_COLUMNS})
-    if sharegpt:
-        features[SHAREGPT_COLUMN] = [{"from": _value(), "value": _value()}]
-    return features
+    turns = {"conversations": [{"role": _value(), "content": _value()}],
+             SHAREGPT_COLUMN: [{"from": _value(), "value": _value()}]}
+    return {name: turns.get(name) or _value() for name in column_names(sharegpt)}
 
 
 def row_schema(sharegpt: bool = False) -> pa.Schema:
     """The arrow schema with the `huggingface` Features metadata in the footer, so that
     `datasets.load_dataset("parquet", ...)` gives the same Features as Harbor's export."""
-    fields = [pa.field("conversations", CONVERSATION_TYPE, nullable=False)]
-    fields += [pa.field(name, pa.string()) for name in TEXT_COLUMNS]
-    if sharegpt:
-        fields.append(pa.field(SHAREGPT_COLUMN, SHAREGPT_TYPE, nullable=False))
+    turns = {"conversations": CONVERSATION_TYPE, SHAREGPT_COLUMN: SHAREGPT_TYPE}
+    fields = [pa.field(name, turns[name], nullable=False) if name in turns else pa.field(name, pa.string())
+              for name in column_names(sharegpt)]
     metadata = json.dumps({"info": {"features": hf_features(sharegpt)}}, separators=(",", ":"))
     return pa.schema(fields, metadata={b"huggingface": metadata.encode()})
 
@@ -89,38 +97,35 @@ class Context:
 
 
 def content_text(value: Any) -> str:
-    """ATIF message / observation content: a string, or (v1.6+) a list of content parts."""
+    """ATIF message / observation content as Harbor 0.26 reads it: a string as is; a list of
+    content parts gives its first part's `text`; anything else its JSON."""
     if value is None:
         return ""
     if isinstance(value, str):
         return value
-    if isinstance(value, list):
-        pieces = []
-        for part in value:
-            if isinstance(part, str):
-                pieces.append(part)
-            elif isinstance(part, dict) and isinstance(part.get("text"), str):
-                pieces.append(part["text"])
-            elif isinstance(part, dict):
-                pieces.append(f"[{part.get('type', 'content')}]")
-        return "\n".join(pieces)
+    if isinstance(value, list) and value and isinstance(value[0], dict) and "text" in value[0]:
+        text = value[0]["text"]
+        return text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
     return json.dumps(value, ensure_ascii=False)
 
 
-def render_agent_turn(step: dict[str, Any], *, repair_think: bool = False) -> str:
-    """`<think>{reasoning}</think>\\n{message}` plus one <tool_call> block per call.
-    repair_think (cleaning only): an orphaned `</think>` gets its opening tag back."""
+def render_agent_turn(step: dict[str, Any]) -> str:
+    """`<think>{reasoning}</think>`, the message, then one <tool_call> block per call, joined by
+    newlines (empty parts left out). An orphaned `</think>` in the message gets its opening tag
+    back, as Harbor does (vLLM returns the tokens after a `<think>` that was in the prompt)."""
     message = content_text(step.get("message"))
-    reasoning = content_text(step.get("reasoning_content"))
-    if repair_think and "</think>" in message and "<think>" not in message and not reasoning:
-        message = "<think>" + message
-    pieces = [f"<think>{reasoning}</think>\n{message}" if reasoning else message]
+    reasoning = step.get("reasoning_content")
+    pieces = [f"<think>{content_text(reasoning)}</think>"] if reasoning else []
+    if message:
+        if "</think>" in message and "<think>" not in message:
+            message = "<think>" + message
+        pieces.append(message)
     for call in step.get("tool_calls") or []:
         if not isinstance(call, dict):
             continue
-        payload = {"name": call.get("function_name"), "arguments": call.get("arguments")}
+        payload = {"name": call.get("function_name"), "arguments": call.get("arguments", {})}
         pieces.append("<tool_call>\n" + json.dumps(payload, ensure_ascii=False) + "\n</tool_call>")
-    return "\n".join(piece for piece in pieces if piece)
+    return "\n".join(pieces)
 
 
 def _results(step: dict[str, Any]) -> list[dict[str, Any]]:
@@ -130,41 +135,30 @@ def _results(step: dict[str, Any]) -> list[dict[str, Any]]:
     return [result for result in observation.get("results") or [] if isinstance(result, dict)]
 
 
-def observation_text(step: dict[str, Any]) -> str:
-    """The first observation result's content (Harbor keeps only the first part)."""
-    results = _results(step)
-    return content_text(results[0].get("content")) if results else ""
+def observation_text(step: dict[str, Any]) -> str | None:
+    """Every observation result's content joined by newlines; None when no result has content."""
+    parts = [content_text(result["content"]) for result in _results(step) if "content" in result]
+    return "\n".join(parts) if parts else None
 
 
-def subagent_refs(steps: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
-    """(label, trajectory_path) of each subagent an observation refers to, in order, once each."""
-    found: list[tuple[str, str | None]] = []
-    for step in steps:
-        for result in _results(step):
-            ref = result.get("subagent_trajectory_ref")
-            for item in ref if isinstance(ref, list) else [ref]:
-                if isinstance(item, str):
-                    entry = (item, item)
-                elif isinstance(item, dict):
-                    path = item.get("trajectory_path")
-                    label = path or item.get("session_id") or item.get("trajectory_id")
-                    if not label:
-                        continue
-                    entry = (str(label), str(path) if path else None)
-                else:
-                    continue
-                if entry not in found:
-                    found.append(entry)
-    return found
+def subagent_source(rel: str) -> str | None:
+    """The trace_source of a subagent trajectory file directly in agent/ (Harbor: every
+    `trajectory.<kind>.json` that is not a continuation; the label is `<kind>`)."""
+    name = rel.removeprefix("agent/")
+    if "/" in name or ".cont-" in name or not (name.startswith("trajectory.") and name.endswith(".json")):
+        return None
+    kind = name[len("trajectory."):-len(".json")]
+    return kind or None
 
 
 def tools_block(tool_definitions: list[Any]) -> str:
-    return "<tools>\n" + "\n".join(json.dumps(tool, ensure_ascii=False) for tool in tool_definitions) + "\n</tools>"
+    return "<tools>\n" + json.dumps(tool_definitions, ensure_ascii=False, indent=2) + "\n</tools>"
 
 
 def context_messages(steps: list[dict[str, Any]], scrub: Callable[[str], str], first_episode: int, *,
-                     tools: str | None = None, repair_think: bool = False) -> tuple[Context, int]:
-    """One trajectory file's messages, each scrubbed once; returns the context and the next episode."""
+                     tools: str | None = None) -> tuple[Context, int]:
+    """One trajectory file's messages, each scrubbed once; returns the context and the next episode.
+    The tools block goes before the text of the file's first system message (none is invented)."""
     messages: list[Message] = []
     episode = first_episode
     tools_placed = tools is None
@@ -172,20 +166,17 @@ def context_messages(steps: list[dict[str, Any]], scrub: Callable[[str], str], f
         source = step["source"]
         if source == "agent":
             counted = not step.get("is_copied_context")
-            messages.append(Message("assistant", scrub(render_agent_turn(step, repair_think=repair_think)),
-                                    episode if counted else None))
+            messages.append(Message("assistant", scrub(render_agent_turn(step)), episode if counted else None))
             episode += 1 if counted else 0
             observed = observation_text(step)
-            if observed:
+            if observed is not None:
                 messages.append(Message("user", scrub(observed), None))
             continue
         text = content_text(step.get("message"))
         if source == "system" and not tools_placed:
-            text = f"{text}\n\n{tools}" if text else str(tools)
+            text = f"{tools}\n\n{text}"
             tools_placed = True
         messages.append(Message(ROLE_OF_SOURCE[source], scrub(text), None))
-    if not tools_placed:
-        messages.insert(0, Message("system", scrub(str(tools)), None))
     return Context(messages), episode
 
 
@@ -205,13 +196,11 @@ def episode_conversations(contexts: list[Context], episodes: str) -> Iterator[tu
                 return
 
 
-def instruction_of(contexts: list[Context], has_tools: bool, raw_system: str | None) -> str | None:
-    """The first user message's text; with native tools, the system text (without the tools block)."""
-    if has_tools and raw_system is not None:
-        return raw_system
-    for context in contexts[:1]:
-        return next((m.content for m in context.messages if m.role == "user"), None)
-    return None
+def whole_conversation(contexts: list[Context]) -> Iterator[tuple[int, list[tuple[str, str]]]]:
+    """A subagent trajectory as one row (episode 0): every turn, the last observation included."""
+    turns = [(m.role, m.content) for c in contexts for m in c.messages]
+    if any(role == "assistant" for role, _ in turns):
+        yield 0, turns
 
 
 def sharegpt(conversation: list[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -3,9 +3,9 @@
 Input is the sync step's `trace_jobs.tar` (member names relative to the trace root, e.g.
 `<trial>/result.json`) or an already extracted trace root. Every trial directory is read:
 `result.json`, the ATIF `agent/trajectory.json` with its `trajectory.cont-N.json`
-continuations and the subagent trajectories it refers to, and `verifier/test-stdout.txt` +
+continuations, the subagent trajectories `agent/trajectory.<kind>.json`, and `verifier/test-stdout.txt` +
 `test-stderr.txt`. Rows are Harbor 0.26 `traces export` rows (rendering: rlkeep.trace_rows;
-columns: `COLUMNS`, plus `conversations_sharegpt` with sharegpt=True); shards are
+columns: `column_names(sharegpt)`, Harbor's order); shards are
 `data/train-iiiii-of-nnnnn.parquet` carrying the `huggingface` Features metadata, next to
 `trace_export_manifest.json` and the dataset card README.md (rlkeep.trace_card).
 
@@ -15,12 +15,20 @@ Decisions worth knowing (the manifest states the ones a reader of the data needs
   shards. Same input, same options and same pyarrow version give the same bytes: fixed
   schema, fixed writer options, no timestamps.
 - `result` (as Harbor 0.26): the exception type when result.json has one (a trial that timed out
-  and was still verified is its `AgentTimeoutError`), else the reward (`str(float(reward))`),
-  else null. `filter="success"` keeps trials with no exception and reward > 0; `"failure"` the rest.
+  and was still verified is its `AgentTimeoutError`), else `rewards["reward"]` as
+  `str(float(reward))` (its text when not a number), else null. `filter="success"` keeps trials
+  whose `result` is a number above 0; `"failure"` the rest.
 - `model` is the trajectory's `agent.model_name` as written (`hosted_vllm/Qwen3-8B`).
 - `verifier_output` is test-stdout then test-stderr joined with nothing (Harbor's join).
-- `instruction` is the first user message (Terminus-2 puts its prompt and the task there);
-  with native tools, the system text.
+- `instruction` (as Harbor 0.26): in the first trajectory file by name that is not a
+  summarization, the first step's non-blank message, stripped (system or user).
+- `agent`/`model`: main rows name the trajectory's `agent` block; subagent rows the run's agent
+  (result.json) and the subagent trajectory's model. `model_provider` and `run_id` follow
+  Harbor's fallbacks through result.json (agent_info.model_info.provider; config.job_id, ...,
+  else the trial name).
+- Where Harbor's table leaves a column out (it keeps the first row's keys only), rlkeep writes
+  it anyway, empty: `tool_definitions` null, `trace_source` `main`. `tool_definitions` is the
+  definitions' JSON text, where Harbor's `datasets` table infers a struct.
 - Text is what the model saw: credentials are always redacted (counts per kind reach the
   manifest and the card) and lone surrogates, which parquet text cannot hold, become U+FFFD.
   Terminal-noise cleaning (ANSI/OSC escapes, bracketed-paste markers, carriage-return
@@ -69,7 +77,8 @@ from rlkeep.steps import StepContext
 from rlkeep.trace_card import CARD_MARKER, CARD_NAME, CardInfo, render_card
 from rlkeep.trace_rows import (
     COLUMNS, CONVERSATION_TYPE, MAIN_SOURCE, SHAREGPT_COLUMN, SHAREGPT_TYPE, SHARD_NAME, TEXT_COLUMNS, Context,
-    content_text, context_messages, episode_conversations, instruction_of, row_schema, subagent_refs, tools_block,
+    column_names, context_messages, episode_conversations, row_schema, subagent_source, tools_block,
+    whole_conversation,
 )
 from rlkeep.trace_rows import sharegpt as to_sharegpt  # the option is called `sharegpt`
 
@@ -520,17 +529,26 @@ def _read_result(data: bytes, repairs: Counter[str]) -> Any:
     return _read_json(data, RESULT, "invalid_json_result", repairs)
 
 
-def _reward(result: dict[str, Any]) -> float | None:
+def _reward_text(result: dict[str, Any]) -> str | None:
+    """Harbor 0.26's reward text: `verifier_result.rewards["reward"]` as `str(float(value))`, or
+    the value's text when it is not a number; None when there is no such reward."""
     verifier = result.get("verifier_result")
     rewards = verifier.get("rewards") if isinstance(verifier, dict) else None
-    if not isinstance(rewards, dict):
+    value = rewards.get("reward") if isinstance(rewards, dict) else None
+    if value is None:
         return None
-    value = rewards.get("reward")
-    if value is None and len(rewards) == 1:
-        value = next(iter(rewards.values()))
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
+    try:
+        return str(float(value))
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _is_success(result_text: str | None) -> bool:
+    """Harbor's success rule on the `result` column: a number above zero (an exception is not)."""
+    try:
+        return result_text is not None and float(result_text) > 0
+    except ValueError:
+        return False
 
 
 def _exception_type(result: dict[str, Any]) -> str | None:
@@ -554,7 +572,6 @@ def _trajectory_doc(rel: str, data: bytes, repairs: Counter[str]) -> dict[str, A
 class TrialRows:
     """A readable trial: its metadata columns and, per trace source, its contexts."""
 
-    reward: float | None
     success: bool
     columns: dict[str, str | None]
     sources: list[tuple[str, list[Context], dict[str, str | None]]]  # (trace_source, contexts, overrides)
@@ -564,20 +581,28 @@ def _mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _model_columns(result: dict[str, Any], agent: dict[str, Any]) -> tuple[Any, Any]:
-    """(model, provider): the trajectory's agent.model_name as written (Harbor's `model`), else
-    config.agent.model_name; the provider from agent_info.model_info, else the name's prefix."""
-    model_info = _mapping(_mapping(result.get("agent_info")).get("model_info"))
-    model_name = agent.get("model_name") or _mapping(_mapping(result.get("config")).get("agent")).get("model_name")
-    provider = str(model_name or "").rpartition("/")[0]
-    return model_name or model_info.get("name") or None, model_info.get("provider") or provider or None
+def _run_metadata(result: dict[str, Any]) -> dict[str, Any]:
+    """Harbor 0.26's run metadata from result.json (its fallbacks, in its order)."""
+    config = _mapping(result.get("config"))
+    agent_cfg = _mapping(config.get("agent"))
+    agent_info = _mapping(result.get("agent_info"))
+    model_info = _mapping(agent_info.get("model_info"))
+    return {
+        "agent": agent_cfg.get("name") or agent_info.get("name") or config.get("agent_name") or result.get("agent_name"),
+        "model": (model_info.get("name") or agent_cfg.get("model_name") or agent_info.get("model_name")
+                  or config.get("engine")),
+        "model_provider": (model_info.get("provider") or agent_cfg.get("provider") or agent_info.get("provider")
+                           or config.get("engine")),
+        "run_id": (config.get("job_id") or config.get("job_name") or result.get("job_id") or result.get("run_id")
+                   or result.get("trial_name")),
+    }
 
 
 class _Contexts:
     """Turns the ATIF documents of one agent (main or subagent) into contexts."""
 
-    def __init__(self, scrub: Callable[[str], str], repairs: Counter[str], repair_think: bool):
-        self.scrub, self.repairs, self.repair_think = scrub, repairs, repair_think
+    def __init__(self, scrub: Callable[[str], str], repairs: Counter[str]):
+        self.scrub, self.repairs = scrub, repairs
 
     def build(self, documents: list[tuple[str, bytes]]) -> tuple[list[Context], dict[str, Any], list[dict[str, Any]]]:
         """(contexts, first file's agent block, all steps)."""
@@ -585,42 +610,58 @@ class _Contexts:
         agent: dict[str, Any] = {}
         every: list[dict[str, Any]] = []
         episode = 0
-        tools: str | None = None
         for index, (rel, data) in enumerate(documents):
             doc = _trajectory_doc(rel, data, self.repairs)
+            file_agent = _mapping(doc.get("agent"))
             if index == 0:
-                agent = _mapping(doc.get("agent"))
+                agent = file_agent
                 if not doc["steps"]:
                     raise MalformedTrial("empty_steps", rel)
-                definitions = agent.get("tool_definitions")
-                tools = tools_block(definitions) if isinstance(definitions, list) and definitions else None
-            context, episode = context_messages(doc["steps"], self.scrub, episode, tools=tools,
-                                                repair_think=self.repair_think)
+            definitions = file_agent.get("tool_definitions")
+            tools = tools_block(definitions) if isinstance(definitions, list) and definitions else None
+            context, episode = context_messages(doc["steps"], self.scrub, episode, tools=tools)
             contexts.append(context)
             every += doc["steps"]
         return contexts, agent, every
 
 
-def _subagent_sources(trial: TrialContent, steps: list[dict[str, Any]], builder: _Contexts,
-                      repairs: Counter[str]) -> list[tuple[str, list[Context], dict[str, str | None]]]:
+def _subagent_sources(trial: TrialContent, builder: _Contexts, repairs: Counter[str],
+                      run_model: Any) -> list[tuple[str, list[Context], dict[str, str | None]]]:
+    """One source per `agent/trajectory.<kind>.json` (sorted by file name), labelled `<kind>`."""
     sources = []
-    for label, path in subagent_refs(steps):
-        rel = f"agent/{path}" if path else None
-        if rel is None or rel not in trial.files:
-            repairs["subagent_trajectory_missing"] += 1
+    for rel in sorted(trial.files):
+        kind = subagent_source(rel)
+        if kind is None:
             continue
         try:
             contexts, agent, _ = builder.build([(rel, trial.files[rel])])
         except MalformedTrial:
             repairs["subagent_trajectory_unreadable"] += 1
             continue
-        overrides = {"model": builder.scrub(str(agent["model_name"]))} if agent.get("model_name") else {}
-        sources.append((f"subagent:{label}", contexts, overrides))
+        model = agent.get("model_name") or run_model
+        sources.append((kind, contexts, {"model": None if model is None else builder.scrub(str(model))}))
     return sources
 
 
-def read_trial(trial: TrialContent, scrub: Callable[[str], str], repairs: Counter[str],
-               repair_think: bool = False) -> TrialRows:
+def instruction_text(trial: TrialContent) -> str | None:
+    """Harbor's `instruction`: in the first (by name) `agent/trajectory*.json` that is not a
+    summarization, the first step whose message is a non-blank string, stripped."""
+    names = sorted(rel for rel in trial.files if rel.startswith("agent/trajectory") and "/" not in rel[6:]
+                   and rel.endswith(".json") and ".summarization" not in rel)
+    if not names:
+        return None
+    try:
+        steps = json.loads(trial.files[names[0]]).get("steps")
+    except (ValueError, AttributeError):
+        return None
+    for step in steps if isinstance(steps, list) else []:
+        message = step.get("message") if isinstance(step, dict) else None
+        if isinstance(message, str) and message.strip():
+            return message.strip()
+    return None
+
+
+def read_trial(trial: TrialContent, scrub: Callable[[str], str], repairs: Counter[str]) -> TrialRows:
     """Parse one trial into metadata and contexts, or raise MalformedTrial with the reason."""
     if trial.result is None:
         raise MalformedTrial("missing_result")
@@ -629,42 +670,42 @@ def read_trial(trial: TrialContent, scrub: Callable[[str], str], repairs: Counte
         raise MalformedTrial("invalid_json_result", "result.json is not an object")
     if MAIN_TRAJECTORY not in trial.files:
         raise MalformedTrial("missing_trajectory")
-    builder = _Contexts(scrub, repairs, repair_think)
-    contexts, agent, steps = builder.build(trial.trajectories())
-    first = [m for c in contexts[:1] for m in c.messages]
+    builder = _Contexts(scrub, repairs)
+    contexts, agent, _ = builder.build(trial.trajectories())
     if not any(m.episode is not None for c in contexts for m in c.messages):
         raise MalformedTrial("no_agent_steps")
-    if first[0].role == "assistant":
+    if contexts[0].messages[0].role == "assistant":
         raise MalformedTrial("no_user_turn")
-    reward = _reward(result)
     exception_type = _exception_type(result)
     verifier_parts = [trial.files[rel].decode("utf-8", errors="replace")
                       for rel in VERIFIER_OUTPUT if rel in trial.files]
-    model, provider = _model_columns(result, agent)
+    run = _run_metadata(result)
     trial_name = result.get("trial_name") or trial.name
     metadata = {
-        "agent": agent.get("name") or _mapping(result.get("agent_info")).get("name"),
-        "model": model,
-        "model_provider": provider,
+        # Main rows name the trajectory's agent and model; subagent rows the run's agent.
+        "agent": agent.get("name") or run["agent"],
+        "model": agent.get("model_name") or run["model"],
+        "model_provider": run["model_provider"],
         "date": result.get("started_at"),
         "task": result.get("task_name"),
-        "run_id": _mapping(result.get("config")).get("job_id") or trial_name,  # SkyRL: job_id is null
+        "run_id": run["run_id"] or trial_name,  # SkyRL: job_id is null, so the trial name
         "trial_name": trial_name,
     }
     columns: dict[str, str | None] = {key: None if value is None else scrub(str(value))
                                       for key, value in metadata.items()}
     # Harbor 0.26: an exception wins over a reward (a timed-out trial that was still verified).
-    columns["result"] = exception_type if exception_type else (str(reward) if reward is not None else None)
+    columns["result"] = None if (text := exception_type or _reward_text(result)) is None else scrub(text)
     definitions = agent.get("tool_definitions")
     has_tools = isinstance(definitions, list) and bool(definitions)
-    system = next((step for step in steps if step["source"] == "system"), None)
-    raw_system = scrub(content_text(system.get("message"))) if system is not None else None
-    columns["instruction"] = instruction_of(contexts, has_tools, raw_system)
+    instruction = instruction_text(trial)
+    columns["instruction"] = None if instruction is None else scrub(instruction)
     columns["verifier_output"] = scrub("".join(verifier_parts)) if verifier_parts else None
     columns["tool_definitions"] = scrub(json.dumps(definitions, ensure_ascii=False)) if has_tools else None
-    sources = [(MAIN_SOURCE, contexts, {})] + _subagent_sources(trial, steps, builder, repairs)
-    success = exception_type is None and reward is not None and reward > 0
-    return TrialRows(reward=reward, success=success, columns=columns, sources=sources)
+    run_agent = None if run["agent"] is None else scrub(str(run["agent"]))
+    subagents = [(kind, found, dict(overrides, agent=run_agent, tool_definitions=None))
+                 for kind, found, overrides in _subagent_sources(trial, builder, repairs, run["model"])]
+    sources = [(MAIN_SOURCE, contexts, {})] + subagents
+    return TrialRows(success=_is_success(columns["result"]), columns=columns, sources=sources)
 
 
 def keep_trial(success: bool, filter: str) -> bool:
@@ -711,10 +752,14 @@ class _RowBatch:
         self.chars += sum(len(content) for _, content in conversation) * (2 if self.sharegpt else 1)
 
     def table(self) -> pa.Table:
-        arrays = [_turns_array(self.conversations, CONVERSATION_TYPE)]
-        arrays += [pa.array(self.columns[name], pa.string()) for name in TEXT_COLUMNS]
-        if self.sharegpt:
-            arrays.append(_turns_array([to_sharegpt(c) for c in self.conversations], SHAREGPT_TYPE))
+        arrays = []
+        for name in self.schema.names:
+            if name == "conversations":
+                arrays.append(_turns_array(self.conversations, CONVERSATION_TYPE))
+            elif name == SHAREGPT_COLUMN:
+                arrays.append(_turns_array([to_sharegpt(c) for c in self.conversations], SHAREGPT_TYPE))
+            else:
+                arrays.append(pa.array(self.columns[name], pa.string()))
         return pa.Table.from_arrays(arrays, schema=self.schema)
 
 
@@ -828,7 +873,8 @@ class _Scrubber:
 def _trial_rows(trial: TrialRows, episodes: str) -> Iterator[tuple[Conversation, dict[str, str | None]]]:
     """The main trajectory's rows, then each subagent's, labelled in trace_source."""
     for source, contexts, overrides in trial.sources:
-        for episode, conversation in episode_conversations(contexts, episodes):
+        found = episode_conversations(contexts, episodes) if source == MAIN_SOURCE else whole_conversation(contexts)
+        for episode, conversation in found:
             yield conversation, dict(trial.columns, **overrides, episode=f"episode-{episode}", trace_source=source)
 
 
@@ -858,7 +904,7 @@ def export_rows(trials: Iterable[TrialContent], data_dir: Path, *, episodes: str
             if content.result is not None:
                 result_count += 1
             try:
-                trial = read_trial(content, scrub, scrub.repairs, repair_think=clean_terminal_noise)
+                trial = read_trial(content, scrub, scrub.repairs)
             except MalformedTrial as problem:
                 malformed[problem.reason] += 1
                 names = examples.setdefault(problem.reason, [])
@@ -890,7 +936,7 @@ def export_rows(trials: Iterable[TrialContent], data_dir: Path, *, episodes: str
         "filter": filter,
         "filter_rule": FILTER_RULES[filter],
         "episodes": episodes,
-        "columns": list(COLUMNS) + ([SHAREGPT_COLUMN] if sharegpt else []),
+        "columns": column_names(sharegpt),
         "text_changes": {
             "credentials_redacted": True,
             "lone_surrogates_replaced": True,

@@ -1,0 +1,208 @@
+"""rlkeep's trace dataset against Harbor 0.26's own exporter, row by row and column by column.
+
+Harbor needs Python >= 3.12, so it lives in an environment of its own (never in .venv):
+RLKEEP_HARBOR_PYTHON names its interpreter, else `make harbor-env` builds
+~/.cache/rlkeep-bench/harbor. Harbor's `export_traces` runs in that interpreter on the same
+fixture trees as tests/test_traces_harbor.py (every edge case of issue 21) plus one trial with a
+planted credential; the only difference allowed is the redaction of credentials, which rlkeep
+always applies and Harbor does not.
+
+Two things are compared as sets rather than in order, because Harbor's order is not a property
+of the data: Harbor lists trials in file-system walk order and puts all subagent rows after all
+main rows; rlkeep sorts by trial. And Harbor builds its table with `Dataset.from_list`, which
+keeps only the columns of the first row, so `tool_definitions` and `trace_source` exist in its
+output only when the first row has them; where Harbor has no such column rlkeep's value must be
+the empty one (null, `main`), and a one-trial tree with native tools checks `tool_definitions`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlkeep.redaction import Redactor
+from tests.test_traces_harbor import MODEL, agent, export, user, write_trial
+
+DEFAULT_HARBOR_PYTHON = Path.home() / ".cache" / "rlkeep-bench" / "harbor" / "bin" / "python"
+TOKEN = "hf" + "_" + "Q7mZ" * 8 + "x9"
+TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}},
+         {"type": "function", "function": {"name": "finish", "parameters": {"type": "object"}}}]
+# (episodes, Harbor's success_filter, rlkeep's filter)
+RUNS = [("all", None, "none"), ("last", "success", "success"), ("all", "failure", "failure")]
+
+HARBOR_SCRIPT = r"""
+import json, sys
+from harbor.utils.traces_utils import export_traces
+jobs = json.loads(sys.argv[1])
+out = {}
+for key, (root, episodes, success_filter) in jobs.items():
+    ds = export_traces(root, episodes=episodes, success_filter=success_filter, to_sharegpt=True,
+                       include_instruction=True, include_verifier_output=True, use_rich_progress=False)
+    out[key] = {"columns": list(ds.column_names), "rows": ds.to_list()}
+with open(sys.argv[2], "w") as handle:
+    json.dump(out, handle)
+"""
+
+
+def harbor_python() -> Path:
+    named = os.environ.get("RLKEEP_HARBOR_PYTHON")
+    candidate = Path(named) if named else DEFAULT_HARBOR_PYTHON
+    if not candidate.exists():
+        pytest.skip(f"no Harbor environment ({candidate} does not exist): run `make harbor-env` (builds "
+                    "harbor==0.26.0 into ~/.cache/rlkeep-bench/harbor from a Python >= 3.12) or set "
+                    "RLKEEP_HARBOR_PYTHON to an interpreter that can import harbor and datasets")
+    return candidate
+
+
+def build_edge_cases(root: Path) -> None:
+    """Every edge case of issue 21 in one tree, plus a planted credential."""
+    write_trial(root, "two-users__AAAAAAA", [
+        user(1, "You are an AI assistant."), user(2, "Task: print 42."),
+        agent(3, "echo 42", observation=[{"content": "42"}]), agent(4, "done"),
+    ], stdout="out\n", stderr="err\n")
+    prompt = user(1, "You are an AI assistant. Task: sort a file.")
+    write_trial(root, "summarized__BBBBBBB", [
+        prompt, agent(2, "ls", observation=[{"content": "a.txt"}]),
+        agent(3, "cat a.txt", observation=[{"content": "3\n1\n2"}]),
+    ], continuations=[[
+        dict(prompt, is_copied_context=True), user(2, "Summary: a.txt holds 3 numbers."),
+        agent(3, "sort a.txt", observation=[{"content": "1\n2\n3"}]), agent(4, "done"),
+    ]])
+    write_trial(root, "multi-part__CCCCCCC", [
+        user(1, "Task"),
+        agent(2, "run two commands", observation=[{"source_call_id": "a", "content": "first output"},
+                                                  {"source_call_id": "b", "content": [{"type": "text",
+                                                                                       "text": "second"}]}]),
+        agent(3, "</think>orphaned close", observation=[{"content": ""}]),
+        agent(4, "done"),
+    ], stdout=None)
+    write_native_tools(root)
+    sub = {"schema_version": "ATIF-v1.6", "agent": {"name": "terminus-2-summarizer", "version": "1",
+                                                     "model_name": "hosted_vllm/summarizer"},
+           "steps": [{"step_id": 1, "source": "system", "message": "You summarize."},
+                     user(2, "Summarize the work."),
+                     agent(3, "Summary: tests pass.", observation=[{"content": "ok"}])]}
+    write_trial(root, "with-subagent__EEEEEEE", [
+        user(1, "Task"),
+        agent(2, "summarize", observation=[{"content": "Summary: tests pass.", "subagent_trajectory_ref": [
+            {"session_id": "s-1", "trajectory_path": "trajectory.summarization-1-summary.json"}]}]),
+        agent(3, "done"),
+    ], extra_files={"agent/trajectory.summarization-1-summary.json": sub})
+    steps = [user(1, "Task"), agent(2, "working")]
+    write_trial(root, "timed-out__FFFFFFF", steps, reward=1.0, exception="AgentTimeoutError")
+    write_trial(root, "failed__HHHHHHH", steps, reward=0.0, stderr="AssertionError\n")
+    write_trial(root, "no-reward__OOOOOOO", steps, reward=None)
+    for name, rewards in (("other-key__PPPPPPP", {"score": 1.0}), ("text-reward__QQQQQQQ", {"reward": "1"}),
+                          ("word-reward__RRRRRRR", {"reward": "pass"})):
+        write_trial(root, name, steps)
+        result_path = root / name / "result.json"
+        result = json.loads(result_path.read_text())
+        result_path.write_text(json.dumps(dict(result, verifier_result={"rewards": rewards})))
+    coloured = "\x1b[01;32mroot@box\x1b[00m:/app# ls\r\nDownloading  10%\rDownloading 100%"
+    write_trial(root, "coloured__IIIIIIII", [user(1, "Task"), agent(2, "ls", observation=[{"content": coloured}]),
+                                             agent(3, "done")], stdout="\x1b[32m1 passed\x1b[0m")
+    write_trial(root, "leaky__JJJJJJJ", [user(1, f"  Task: use HF_TOKEN={TOKEN}  "),
+                                          agent(2, "export", observation=[{"content": f"HF_TOKEN={TOKEN}"}]),
+                                          agent(3, "done")])
+
+
+def write_native_tools(root: Path) -> None:
+    write_trial(root, "native-tools__DDDDDDD", [
+        {"step_id": 1, "source": "system", "message": "You are a coding agent."},
+        user(2, "Fix the bug."),
+        agent(3, "", reasoning="look first", calls=[{"tool_call_id": "c1", "function_name": "bash",
+                                                    "arguments": {"cmd": "ls"}}],
+              observation=[{"source_call_id": "c1", "content": "main.py"}]),
+        agent(4, "fixed", calls=[{"tool_call_id": "c2", "function_name": "finish"}]),
+    ], agent={"name": "openhands", "version": "1", "model_name": MODEL, "tool_definitions": TOOLS})
+
+
+def run_harbor(python: Path, jobs: dict[str, tuple[str, str, str | None]], tmp_path: Path) -> dict[str, Any]:
+    out = tmp_path / "harbor.json"
+    env = dict(os.environ, HF_HOME=str(tmp_path / "hf-home"), HF_DATASETS_OFFLINE="1", PYTHONPATH="")
+    done = subprocess.run([str(python), "-c", HARBOR_SCRIPT, json.dumps(jobs), str(out)], env=env,
+                          capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert done.returncode == 0, f"Harbor's exporter failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    return json.loads(out.read_text())
+
+
+def keyed(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    found = {(row["trial_name"], row.get("trace_source") or "main", row["episode"]): row for row in rows}
+    assert len(found) == len(rows), "two rows share trial, trace source and episode"
+    return found
+
+
+def redacted(value: Any, redactor: Redactor) -> Any:
+    """Harbor's value with credentials redacted as rlkeep redacts them."""
+    if isinstance(value, str):
+        return redactor.redact_text(value)[0]
+    if isinstance(value, list):
+        return [redacted(item, redactor) for item in value]
+    if isinstance(value, dict):
+        return {key: redacted(item, redactor) for key, item in value.items()}
+    return value
+
+
+def compare(harbor: dict[str, Any], ours: dict[str, list[dict]], label: str) -> int:
+    """Assert every Harbor row and column equals rlkeep's up to redaction; return how many values
+    differed only by redaction."""
+    redactor = Redactor()
+    theirs = keyed(harbor["rows"])
+    mine = keyed([row for rows in ours.values() for row in rows])
+    my_order = list(next(iter(mine.values())))
+    assert [name for name in my_order if name in harbor["columns"]] == harbor["columns"], (
+        f"{label}: column order {my_order} against Harbor's {harbor['columns']}")
+    assert sorted(mine) == sorted(theirs), f"{label}: different row sets"
+    assert theirs, f"{label}: Harbor exported nothing"
+    redaction_only = 0
+    for key, their_row in theirs.items():
+        my_row = mine[key]
+        for column in my_row:
+            if column not in harbor["columns"]:
+                empty = "main" if column == "trace_source" else None
+                assert my_row[column] == empty, f"{label} {key}: Harbor has no {column}, rlkeep {my_row[column]!r}"
+                continue
+            theirs_value, my_value = their_row[column], my_row[column]
+            if column == "tool_definitions" and my_value is not None:
+                my_value = json.loads(my_value)  # rlkeep keeps the definitions as JSON text
+            if column == "trace_source" and theirs_value is None:
+                theirs_value = "main"
+            if my_value == theirs_value:
+                continue
+            assert my_value == redacted(theirs_value, redactor), (
+                f"{label} {key} column {column}:\nHarbor {theirs_value!r}\nrlkeep {my_value!r}")
+            redaction_only += 1
+        assert set(harbor["columns"]) <= set(my_row), f"{label}: rlkeep lacks {set(harbor['columns']) - set(my_row)}"
+    return redaction_only
+
+
+def test_rows_match_harbors_exporter_up_to_redaction(tmp_path: Path) -> None:
+    python = harbor_python()
+    root = tmp_path / "trace_jobs"
+    build_edge_cases(root)
+    tools_root = tmp_path / "tools_only"
+    write_native_tools(tools_root)
+    jobs = {f"{episodes}-{mine}": (str(root), episodes, theirs) for episodes, theirs, mine in RUNS}
+    jobs["tools-only"] = (str(tools_root), "all", None)
+    harbor = run_harbor(python, jobs, tmp_path)
+
+    assert TOKEN in json.dumps(harbor["all-none"]["rows"])  # Harbor keeps the credential ...
+    differences = 0
+    for episodes, _, mine in RUNS:
+        label = f"{episodes}-{mine}"
+        _, ours = export(root, tmp_path / label, episodes=episodes, filter=mine, sharegpt=True)
+        assert TOKEN not in json.dumps(ours)  # ... rlkeep never does
+        differences += compare(harbor[label], ours, label)
+        redacted_trials = {key[0] for key, row in keyed(harbor[label]["rows"]).items() if TOKEN in json.dumps(row)}
+        assert redacted_trials <= {"leaky__JJJJJJJ"}
+    assert differences > 0, "the planted credential never made a difference: redaction was not exercised"
+
+    assert "tool_definitions" in harbor["tools-only"]["columns"]
+    _, ours = export(tools_root, tmp_path / "tools-out", episodes="all", sharegpt=True)
+    assert compare(harbor["tools-only"], ours, "tools-only") == 0
+    (first, _) = ours["native-tools__DDDDDDD"]
+    assert json.loads(first["tool_definitions"]) == TOOLS
