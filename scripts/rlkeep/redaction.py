@@ -106,6 +106,12 @@ def _accept_with_digit(value: bytes) -> bool:
     return _DIGIT.search(value) is not None
 
 
+def _accept_sk_key(value: bytes) -> bool:
+    """The run after the last `-` of a bare `sk-` key mixes letters and digits: `sk-` followed by
+    a long word (`sk-` + a hyphenated model name, a slug of letters) or a long number is not one."""
+    return _has_letter_and_digit(value[value.rfind(b"-") + 1:])
+
+
 def _accept_not_example(value: bytes) -> bool:
     return not value.endswith(b"EXAMPLE")
 
@@ -169,6 +175,7 @@ _S_SIGNATURE = _filler("sigv4", 64, _HEXDIGITS)
 _S_HF = "hf" + "_" + _filler("hf", 34)
 _S_ANTHROPIC = "sk-" + "ant-api03-" + _filler("anthropic", 93, _URLSAFE) + "AA"
 _S_OPENAI = "sk-" + "proj-" + _filler("openai-a", 58, _URLSAFE) + "T3Blbk" + "FJ" + _filler("openai-b", 58, _URLSAFE)
+_S_SK_BARE = "sk-" + _filler("sk-bare", 32, _HEXDIGITS)
 _S_GITHUB = "gh" + "p_" + _filler("github", 36)
 _S_GITHUB_PAT = "github" + "_pat_" + _filler("pat-a", 22) + "_" + _filler("pat-b", 59)
 _S_GOOGLE = "AI" + "za" + _filler("google", 35, _URLSAFE)
@@ -334,6 +341,24 @@ RULES: tuple[Rule, ...] = (
         negative="pip install scikit-learn; risk-free; task-sk-" + "proj",
         left="word",
         hint=r"(?:(?:proj|svcacct|admin|service)-|[A-Za-z0-9]{20})",
+    ),
+    Rule(
+        # OpenAI-compatible providers and proxies (DeepSeek, LiteLLM, vLLM gateways, OpenRouter's
+        # `sk-or-v1-`) issue bare `sk-` keys that no keyword announces. The rule: `sk-` not right
+        # after a letter, digit or `_`; at most two short lower-case segments ending in `-`; then
+        # 32 to 256 ASCII letters and digits, not followed by a letter, digit, `_` or `-`, with at
+        # least one letter and one digit among them. Shorter runs, and runs of only letters or only
+        # digits, are not keys.
+        kind="openai_compatible_key",
+        prefixes=("sk-",),
+        body=r"(?:[a-z0-9]{1,8}-){0,2}[A-Za-z0-9]{32,256}(?![A-Za-z0-9_-])",
+        group=0,
+        positive=f"proxy ready, use {_S_SK_BARE} with base_url=http://gateway:4000/v1",
+        secret=_S_SK_BARE,
+        negative="sk-" + "abcdefghijklmnopqrstuvwxyzABCDEFGH and sk-" + _filler("sk-short", 31) + " and risk-" + _filler("risk", 40),
+        left="word",
+        accept=_accept_sk_key,
+        hint=r"(?:[a-z0-9]{1,8}-){0,2}[A-Za-z0-9]{32}",
     ),
     Rule(
         kind="github_token",
