@@ -107,6 +107,17 @@ def _schema() -> dict[str, Any]:
     return json.loads(text)
 
 
+@lru_cache(maxsize=1)
+def _validator() -> jsonschema.Draft202012Validator:
+    """Built once per process: planning validates every record of a campaign."""
+    return jsonschema.Draft202012Validator(_schema())
+
+
+# libyaml's safe loader where PyYAML was built with it (the wheels are): ~10x the pure-Python one
+# on the records a campaign plans over; same types, same error marks.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _field_name(error: jsonschema.ValidationError) -> str:
     name = ""
     for item in error.absolute_path:
@@ -150,8 +161,7 @@ def validate_record_data(data: Any, path: Path) -> JobRecord:
     """Validate parsed YAML; raise RecordError naming the file and the first bad field."""
     if not isinstance(data, dict):
         raise RecordError(f"{path}: expected a YAML mapping of record fields, got {type(data).__name__}")
-    validator = jsonschema.Draft202012Validator(_schema())
-    errors = sorted(validator.iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
+    errors = sorted(_validator().iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
     if errors:
         raise RecordError(_describe(errors[0], path))
 
@@ -279,7 +289,7 @@ def load_record(path: str | Path) -> JobRecord:
     except UnicodeDecodeError as error:
         raise RecordError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -8,10 +8,12 @@ built from an entity, project or run name, and the record's URL always wins.
 """
 from __future__ import annotations
 
+import copy
 import re
 import tarfile
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -83,9 +85,22 @@ def tracker_of(record: Any, job_dir: Path) -> tuple[str | None, Any]:
     if record.tracker_url:
         return record.tracker_url, "record"
     logs_tar = Path(job_dir) / "sync" / "logs.tar"
-    if not logs_tar.is_file():
+    try:
+        info = logs_tar.stat()
+    except FileNotFoundError:
+        info = None
+    if info is None or not logs_tar.is_file():
         return None, "not recorded; the trainer logs are not synced yet"
-    url, source = tracker_from_logs(_attempt_logs(logs_tar, list(record.attempts)))
+    url, source = _tracker_in_tar(str(logs_tar.resolve()), info.st_mtime_ns, info.st_size, tuple(record.attempts))
     if url is None:
         return None, "not recorded, and no trainer log printed one"
-    return url, {**source, "logs": "sync/logs.tar"}
+    return url, {**copy.deepcopy(source), "logs": "sync/logs.tar"}
+
+
+@lru_cache(maxsize=4096)
+def _tracker_in_tar(logs_tar: str, mtime_ns: int, size: int, attempts: tuple[str, ...]
+                    ) -> tuple[str | None, dict[str, Any] | None]:
+    """tracker_from_logs over one logs.tar, once per version of the file (path, mtime, size):
+    every invocation ends by writing STATUS.json and the campaign pages, both of which ask this
+    of every job, and a campaign has hundreds of jobs whose logs no longer change."""
+    return tracker_from_logs(_attempt_logs(Path(logs_tar), list(attempts)))

@@ -1,10 +1,10 @@
 """Planning speed: `-n` over many records and a no-op rerun of many completed jobs.
 
-Target (issue 10): on a 2-core machine, `snakemake --profile local -n` over 100 fresh records
-(every rule of every job planned: 15 rule jobs per `rl` record) and a no-op rerun over 100
-completed jobs each finish in under 10 s.
-Baseline, in the same run: the same two invocations for 1 job, so the figures show what 99
-more jobs cost (per-job planning cost = (t100 - t1) / 99).
+Target (issue 19, campaign scale): on a 2-core machine, `snakemake --profile local -n` over
+1,000 fresh records (every rule of every job planned: 17 rule jobs per `rl` record) and a no-op
+rerun over 1,000 completed jobs each finish in under 15 s (issue 10 asked 10 s for 100).
+Baseline, in the same run: the same two invocations for 1 job, so the figures show what the
+other jobs cost (per-job planning cost = (tN - t1) / (N - 1)).
 
 How 100 completed jobs are made cheaply (`clone_completed_job`):
 1. one job is completed for real: the whole pipeline runs once against a local SeaweedFS and
@@ -34,13 +34,14 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SEED = "plan-seed"
-TARGET_S = 10.0
+TARGET_S = 15.0
 
 
 def snakemake_command(*args: str) -> list[str]:
@@ -150,7 +151,11 @@ def complete_by_touch(data_root: Path, job: str, outputs: list[str]) -> None:
             (path / ".snakemake_timestamp").touch()
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"status": "completed", "placeholder": True}) if path.suffix == ".json" else "x")
+            if path.suffix == ".tar":  # read after every run (STATUS.json, campaign): an empty archive
+                with tarfile.open(path, "w"):
+                    pass
+            else:
+                path.write_text(json.dumps({"status": "completed", "placeholder": True}) if path.suffix == ".json" else "x")
     timed_snakemake(data_root, f"{job}/DONE", "--touch")
 
 
@@ -229,6 +234,8 @@ def measure(work: Path, n_jobs: int, quick: bool) -> dict:
         restore_dir_mtimes(seed_root, done)
         for index in range(1, count):
             clone_completed_job(done, SEED, f"plan-{index:03d}")
+        if count > 1:  # the campaign pages list every record: make them once for the clones (untimed)
+            timed_snakemake(done, "campaign/index.html")
         noop = timed_snakemake(done)
         if "Nothing to be done" not in noop["output"]:
             raise RuntimeError(f"the no-op rerun over {count} completed jobs did work:\n{noop['output'][-3000:]}")
@@ -299,10 +306,10 @@ def planned_job_count(output: str) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="10 jobs, seed completed by --touch (< 30 s)")
-    parser.add_argument("--jobs", type=int, default=None, help="number of jobs (default 100, --quick 10)")
+    parser.add_argument("--jobs", type=int, default=None, help="number of jobs (default 1000, --quick 10)")
     parser.add_argument("--keep", type=Path, help="build the data roots here and keep them")
     args = parser.parse_args()
-    n_jobs = args.jobs or (10 if args.quick else 100)
+    n_jobs = args.jobs or (10 if args.quick else 1000)
     work = args.keep or Path(tempfile.mkdtemp(prefix="rlkeep-bench-planning-"))
     work.mkdir(parents=True, exist_ok=True)
     try:

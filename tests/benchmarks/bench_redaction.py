@@ -12,7 +12,13 @@ git SHAs, uuids, token counts and URLs, with secrets of every kind planted about
 - the same with the stdlib-only engine, if the default is re2;
 - the baseline: every RULES pattern applied one by one with `re` to each line, on a sample;
 - redaction in place on a copy, then a re-scan (must find nothing) and a byte search for every
-  planted secret (must find none).
+  planted secret (must find none);
+- the real peers on a smaller corpus of the same kind (they are 100-1000x slower), interleaved
+  with rlkeep round by round (tests/benchmarks/peers.py): detect-secrets 1.5 (`scan --all-files
+  --no-verify`, installed into the benchmark-only venv, never .venv), scored against the planted
+  set by line (recall, and findings on lines where nothing was planted = false positives); and
+  the runbook's own redaction script when /work/shared/runbooks ships it (RLKEEP_RUNBOOKS to
+  look elsewhere), scored by which planted secrets are gone from a redacted copy.
 
 The last stdout line is one JSON object with the figures.
 """
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import resource
@@ -38,7 +45,12 @@ sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 from rlkeep.redaction import ENVIRONMENT_KIND, RULES, Redactor, available_engines, redact_tree  # noqa: E402
 from tests.support.secrets_corpus import HEX, KINDS, chars, opaque_value, plant  # noqa: E402
 
-TARGET_MB_PER_S = 100.0
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import peers  # noqa: E402
+
+TARGET_MB_PER_S = 300.0
+RUNBOOKS = Path(os.environ.get("RLKEEP_RUNBOOKS", "/work/shared/runbooks"))
+RUNBOOK_SCRIPT = "secret_redaction.py"  # `python -m infra.rl_cleanup.secret_redaction ROOT` in the runbook
 PLANT_EVERY_BYTES = 700_000
 ENV_VALUE_SEED = 99
 
@@ -315,11 +327,94 @@ def baseline(root: Path, env_value: str, sample_bytes: int) -> tuple[float, int,
     return time.process_time() - started, scanned, hits
 
 
+def _score_by_line(findings: set[tuple[str, int]], expected: list[Expected]) -> dict:
+    """For tools that do not name rlkeep's kinds: a planted secret counts as found when the tool
+    reports its line; every reported line without a planted secret is a false positive."""
+    planted_lines = {(e.path, e.line) for e in expected}
+    found = sum((e.path, e.line) in findings for e in expected)
+    return {"recall": round(found / max(1, len(expected)), 4), "found": found, "planted": len(expected),
+            "false_positives": len(findings - planted_lines)}
+
+
+def _secrets_gone(root: Path, expected: list[Expected]) -> int:
+    blobs = [p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()]
+    return sum(not any(needle in blob for blob in blobs for needle in (e.secret.encode(), json.dumps(e.secret)[1:-1].encode()))
+               for e in expected)
+
+
+def _cpu_of(run: "callable") -> tuple[object, float]:
+    """(result, CPU seconds of the children it waited for): per-core figures on a shared machine."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = run()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return result, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def compare_with_peers(work: Path, size_mb: float, rounds: int) -> dict:
+    """rlkeep, detect-secrets and (if shipped) the runbook's script on one smaller corpus, interleaved."""
+    sample = work / "peer-corpus"
+    expected, env_value = generate(sample, size_mb, seed=2)
+    sample_mb = _tree_bytes(sample) / 1e6
+    scores: dict[str, dict] = {}
+
+    def rlkeep() -> dict:
+        timed, cpu = _cpu_of(lambda: peers.run_timed([sys.executable, __file__, "--child-scan", str(sample), "auto", env_value]))
+        child = json.loads(timed.stdout.strip().splitlines()[-1])
+        scores["rlkeep"] = {**_score_by_line({(f["path"], f["line"]) for f in child["findings"]}, expected),
+                            "recall_by_kind": _score(child["findings"], expected)["recall"]}
+        return {"seconds": timed.seconds, "cpu_seconds": cpu, "scan_cpu_seconds": child["cpu_seconds"]}
+
+    detect_secrets = peers.peer("detect-secrets")
+
+    def detect() -> dict:
+        timed, cpu = _cpu_of(lambda: peers.run_timed([str(detect_secrets), "scan", "--all-files", "--no-verify", "."], cwd=sample))
+        results = json.loads(timed.stdout)["results"]
+        lines = {(path, item["line_number"]) for path, items in results.items() for item in items}
+        scores["detect-secrets"] = _score_by_line(lines, expected)
+        return {"seconds": timed.seconds, "cpu_seconds": cpu}
+
+    contenders = [peers.Contender("rlkeep", rlkeep), peers.Contender("detect-secrets", detect)]
+    scripts = sorted(RUNBOOKS.rglob(RUNBOOK_SCRIPT)) if RUNBOOKS.is_dir() else []
+    runbook_note = (f"{RUNBOOKS} ships no {RUNBOOK_SCRIPT} (the runbook names `python -m "
+                    "infra.rl_cleanup.secret_redaction`): not compared") if not scripts else str(scripts[0])
+    if scripts:
+        copy = work / "runbook-copy"
+
+        def reset() -> None:
+            shutil.rmtree(copy, ignore_errors=True)
+            shutil.copytree(sample, copy)
+
+        def runbook() -> dict:
+            timed, cpu = _cpu_of(lambda: peers.run_timed([sys.executable, str(scripts[0]), str(copy)]))
+            gone = _secrets_gone(copy, expected)
+            scores["runbook-script"] = {"recall": round(gone / max(1, len(expected)), 4), "found": gone,
+                                        "planted": len(expected), "false_positives": "not scored (no line report)"}
+            return {"seconds": timed.seconds, "cpu_seconds": cpu}
+
+        contenders.append(peers.Contender("runbook-script", runbook, prepare=reset))
+    compared = peers.interleave(contenders, rounds)
+    per_core = {}
+    for name in (c.name for c in contenders):
+        cpu = sorted(run["cpu_seconds"] for run in compared["runs"] if run["name"] == name)
+        per_core[name] = round(sample_mb / cpu[len(cpu) // 2], 2) if cpu[len(cpu) // 2] > 0 else None
+    scan_cpu = sorted(run["scan_cpu_seconds"] for run in compared["runs"] if run["name"] == "rlkeep")
+    per_core["rlkeep_scan_only"] = round(sample_mb / max(scan_cpu[len(scan_cpu) // 2], 1e-6), 1)
+    return {"peer_corpus_mb": round(sample_mb, 2), "peer_planted": len(expected), "runbook_script": runbook_note,
+            "peer_versions": {"detect-secrets": peers.peer_version("detect-secrets")},
+            "peer_mb_per_s_per_core": per_core,
+            "peer_mb_per_s_basis": "sample MB / median CPU seconds of the whole process (start-up included)",
+            "peer_scores": scores, "peer_seconds": compared["seconds"],
+            "peer_ratios": compared["ratios"], "peer_runs": compared["runs"]}
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="10 MB instead of 200 MB")
     parser.add_argument("--size-mb", type=float)
     parser.add_argument("--keep", type=Path, help="generate into this (new) directory and keep it")
+    parser.add_argument("--peer-mb", type=float, help="size of the corpus the peers scan (default 2; --quick 0.5)")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds with the peers (default 3; --quick 1)")
+    parser.add_argument("--no-peers", action="store_true", help="rlkeep only")
     parser.add_argument("--child-scan", nargs=3, metavar=("ROOT", "ENGINE", "ENV_VALUE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child_scan:
@@ -372,6 +467,11 @@ def main(argv: list[str]) -> int:
         figures["target_met"] = (figures["mb_per_s"] >= TARGET_MB_PER_S and scores["recall"] == 1.0
                                  and figures["rescan_findings"] == 0 and figures["secrets_left_after_redaction"] == 0)
         figures["engines_available"] = list(available_engines())
+        if not args.no_peers:
+            figures.update(compare_with_peers(work, args.peer_mb or (0.5 if args.quick else 2.0),
+                                              args.rounds or (1 if args.quick else 3)))
+        peers.write_results("redaction", figures)
+        figures.pop("peer_runs", None)  # raw runs stay in bench/results/redaction.json
         print(json.dumps(figures))
         return 0
     finally:

@@ -116,6 +116,20 @@ def _openai(rng: random.Random) -> Planted:
     return Planted("openai_api_key", token, token)
 
 
+def _openai_compatible(rng: random.Random) -> Planted:
+    """A bare `sk-` key as OpenAI-compatible providers and proxies issue them: no keyword before it."""
+    shape = rng.random()
+    if shape < 0.4:
+        token = "sk-" + mixed(rng, 32, HEX)
+    elif shape < 0.8:  # 48 characters is the legacy OpenAI shape, found as openai_api_key
+        token = "sk-" + mixed(rng, rng.choice([n for n in range(32, 65) if n != 48]))
+    else:
+        token = "sk-" + "or-v1-" + mixed(rng, 64, HEX)
+    before, after = rng.choice([("", ""), ("using ", " for the proxy"), ('{"model": "deepseek-chat", "k": "', '"}'),
+                                ("curl -u ", ": http://gateway:4000/v1/models")])
+    return Planted("openai_compatible_key", before + token + after, token)
+
+
 def _anthropic(rng: random.Random) -> Planted:
     token = "sk-" + "ant-api03-" + chars(rng, 93, URLSAFE) + "AA"
     return Planted("anthropic_api_key", token, token)
@@ -183,6 +197,7 @@ GENERATORS: dict[str, Callable[[random.Random], Planted]] = {
     "huggingface_token": _huggingface,
     "anthropic_api_key": _anthropic,
     "openai_api_key": _openai,
+    "openai_compatible_key": _openai_compatible,
     "github_token": _github,
     "google_api_key": _google,
     "slack_token": _slack,
