@@ -38,6 +38,7 @@ from rlkeep.regions import store_to_archive
 from rlkeep.steps import StepContext, check_transfer
 from rlkeep.storage import CHUNK, ObjectMissing, S3Store, Store, open_store
 from rlkeep.sync import HashingWriter, tar_member
+from rlkeep.waits import seconds_from_env
 
 log = logging.getLogger(__name__)
 
@@ -598,15 +599,7 @@ def _remote_problem(store: Store, key: str, local_size: int, local_sha: str) -> 
 
 def consistency_bound() -> float:
     """Seconds verification waits for a store to show an upload it just took (RLKEEP_STORE_CONSISTENCY_WAIT)."""
-    text = os.environ.get(CONSISTENCY_WAIT_ENV, "").strip()
-    try:
-        value = float(text) if text else DEFAULT_CONSISTENCY_WAIT
-    except ValueError:
-        raise RlkeepError(f"{CONSISTENCY_WAIT_ENV}={text!r}: expected a number of seconds") from None
-    if value < 0:
-        raise RlkeepError(f"{CONSISTENCY_WAIT_ENV}={text!r}: expected a number of seconds >= 0")
-    return value
-
+    return seconds_from_env(CONSISTENCY_WAIT_ENV, DEFAULT_CONSISTENCY_WAIT)
 
 def verified_remote_copy(store: Store, url: str, path: Path) -> dict[str, Any]:
     """Hold the remote `url` (key path.name of store) to the local file, re-checking while a store

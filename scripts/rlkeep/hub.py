@@ -43,6 +43,7 @@ from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
 from rlkeep.redaction import redact_tree, redactor_from_environment
 from rlkeep.steps import StepContext, check_transfer, not_applicable
 from rlkeep.tokenizer import TOKENIZER_REQUIREMENT, has_tokenizer
+from rlkeep.waits import seconds_from_env
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 PUBLIC_HUB = "https://huggingface.co"
@@ -80,15 +81,7 @@ class HubRateLimited(RlkeepError):
 
 def rate_limit_bound() -> float:
     """Seconds one request may spend waiting out 429 answers (RLKEEP_HUB_RATE_LIMIT_WAIT)."""
-    text = os.environ.get(RATE_LIMIT_WAIT_ENV, "").strip()
-    try:
-        value = float(text) if text else DEFAULT_RATE_LIMIT_WAIT
-    except ValueError:
-        raise RlkeepError(f"{RATE_LIMIT_WAIT_ENV}={text!r}: expected a number of seconds") from None
-    if value < 0:
-        raise RlkeepError(f"{RATE_LIMIT_WAIT_ENV}={text!r}: expected a number of seconds >= 0")
-    return value
-
+    return seconds_from_env(RATE_LIMIT_WAIT_ENV, DEFAULT_RATE_LIMIT_WAIT)
 
 def _replayable(request: httpx2.Request) -> bool:
     """A body held in memory (JSON, a commit's lines) can be sent again; a file being streamed cannot."""

@@ -29,6 +29,7 @@ from typing import IO, Protocol
 from urllib.parse import urlparse
 
 from rlkeep.errors import StoreError
+from rlkeep.waits import seconds_from_env
 
 log = logging.getLogger(__name__)
 
@@ -314,17 +315,7 @@ class StoreThrottled(StoreError):
 
 def slowdown_bound() -> float:
     """Seconds one request may spend waiting out SlowDown answers (RLKEEP_STORE_SLOWDOWN_WAIT)."""
-    text = os.environ.get(SLOWDOWN_WAIT_ENV, "").strip()
-    if not text:
-        return DEFAULT_SLOWDOWN_WAIT
-    try:
-        value = float(text)
-    except ValueError:
-        raise StoreError(f"{SLOWDOWN_WAIT_ENV}={text!r}: expected a number of seconds") from None
-    if value < 0:
-        raise StoreError(f"{SLOWDOWN_WAIT_ENV}={text!r}: expected a number of seconds >= 0")
-    return value
-
+    return seconds_from_env(SLOWDOWN_WAIT_ENV, DEFAULT_SLOWDOWN_WAIT)
 
 def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
     """A Retry-After header (delay seconds or an HTTP date) as seconds from now; None when absent or unreadable."""
