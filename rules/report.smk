@@ -1,4 +1,4 @@
-# The completion record (CONTRACT.md section 5). STATUS.json is written by the onsuccess and
+# The completion record (docs/reference.md, contract §5). STATUS.json is written by the onsuccess and
 # onerror handlers in common.smk, so it exists even when a step is blocked.
 
 

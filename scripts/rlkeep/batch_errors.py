@@ -1,5 +1,5 @@
 """Batch errors from the trainer's stdout: SkyRL's Harbor generator reports each generation batch as
-structured lines (shared/reference/formats.md section 2.4, as the operator tool
+structured lines (docs/reference.md, formats §2, as the operator tool
 `parse_skyrl_metrics.py` reads them):
 
     Exception breakdown: {'AgentTimeoutError': 2, 'NonZeroAgentExitCodeError': 1}

@@ -5,7 +5,7 @@ SlurmScheduler, NoScheduler): `capture` (chain.json's attempts), `stop_retries` 
 through the one exact-stop loop `stop_each`), and where an attempt's trainer log is read
 (`log_cli`, `stdout_paths`; rlkeep.sync). A new scheduler is one more subclass in SCHEDULERS.
 
-Iris (shared/reference/iris-cli.md): the `iris job …` command line changed several times, so
+Iris (docs/reference.md, "iris CLI"): the `iris job …` command line changed several times, so
 rlkeep reads what the installed CLI offers (`iris job --help`, `iris job <cmd> --help`, once
 per process) and picks, never guesses:
 

@@ -2,7 +2,7 @@
 per second across engines.
 
 The line vLLM prints every few seconds, in the forms its versions use (see
-shared/reference/formats.md section 2.4 and vLLM's metrics loggers):
+docs/reference.md, formats §2 and vLLM's metrics loggers):
 - V0 engine: `Avg prompt throughput: X tokens/s, Avg generation throughput: Y tokens/s, Running: R reqs,
   Swapped: S reqs, Pending: P reqs, GPU KV cache usage: K%, CPU KV cache usage: C%.`, with the prefix
   cache on a line of its own: `Prefix cache hit rate: GPU: G%, CPU: C%`;
