@@ -17,7 +17,8 @@ import pytest
 
 from rlkeep.archive import upload_archive, verify_uploaded_archive
 from rlkeep.errors import RlkeepError, StoreError
-from rlkeep.storage import S3Store, open_store, s3_client, sha256_file
+from rlkeep.hashing import sha256_file
+from rlkeep.storage import S3Store, open_store, s3_client
 from tests.reliability import figures_log
 from tests.reliability.support import JOB, wait_for
 from tests.support.faultproxy import FaultProxy

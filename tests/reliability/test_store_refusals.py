@@ -18,7 +18,7 @@ from rlkeep.errors import RlkeepError
 from rlkeep.records import validate_record_data
 from rlkeep.steps import StepContext
 from rlkeep.storage import open_store
-from rlkeep.sync import sync_logs, sync_traces
+from rlkeep.sync import sync_logs_step, sync_traces_step
 from tests.support.faultproxy import DENIED_PRINCIPAL, FaultProxy
 
 ROOT = "iris/job"
@@ -54,7 +54,7 @@ def test_reads_refused_on_part_of_the_prefix_fail_naming_the_keys_and_the_creden
         bucket: str, s3_server, monkeypatch, tmp_path: Path, step: str) -> None:
     allowed, denied = seed(bucket, step)
     out = tmp_path / "sync"
-    run = sync_traces if step == "traces" else sync_logs
+    run = sync_traces_step if step == "traces" else sync_logs_step
     with FaultProxy(s3_server.endpoint) as proxy:
         monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
         proxy.fail_next("forbidden", 10**9, method="GET", path_contains="/task-b")
