@@ -9,6 +9,7 @@ from pathlib import Path
 from snakemake.utils import validate
 
 from rlkeep.errors import RecordError
+from rlkeep.jsonio import key_sorted
 from rlkeep.records import load_record, record_path
 from rlkeep.steps import is_authorized
 
@@ -116,11 +117,13 @@ def get_record_files():
 def get_chain_settings(wildcards):
     """Only what defines the chain: editing anything else in a record never redoes the sync."""
     record = get_record(wildcards.job)
-    return {
-        "chain": list(record.chain),
-        "scheduler": record.scheduler,
-        "cluster": record.cluster,
-    }
+    return key_sorted(
+        {
+            "chain": list(record.chain),
+            "scheduler": record.scheduler,
+            "cluster": record.cluster,
+        }
+    )
 
 
 def get_record_digest(wildcards):
@@ -135,34 +138,38 @@ def get_sync_settings(kind):
     sync = config["sync"]
     settings = {key: sync[key] for key in ("workers", "max_inflight_mb", "skip_policy")}
     settings.update(sync.get(kind, {}))
-    return settings
+    return key_sorted(settings)
 
 
 def get_selection_settings(wildcards):
     record = get_record(wildcards.job)
-    return {
-        "rule": record.selection_rule,
-        "behavior_break_step": record.behavior_break_step,
-        "interval": record.checkpoint_interval,
-    }
+    return key_sorted(
+        {
+            "rule": record.selection_rule,
+            "behavior_break_step": record.behavior_break_step,
+            "interval": record.checkpoint_interval,
+        }
+    )
 
 
 def get_publish_settings(wildcards):
     record = get_record(wildcards.job)
-    return {"publish": record.publish, "base_model": record.base_model}
+    return key_sorted({"publish": record.publish, "base_model": record.base_model})
 
 
 def get_trace_settings(wildcards):
-    return dict(config["traces"])
+    return key_sorted(dict(config["traces"]))
 
 
 def get_archive_settings(wildcards):
     record = get_record(wildcards.job)
-    return {
-        "dest": (record.archive or {}).get("dest"),
-        "kind": record.kind,
-        **config["archive"],
-    }
+    return key_sorted(
+        {
+            "dest": (record.archive or {}).get("dest"),
+            "kind": record.kind,
+            **config["archive"],
+        }
+    )
 
 
 def get_archive_transfer_settings(wildcards):
@@ -172,20 +179,24 @@ def get_archive_transfer_settings(wildcards):
     """
     record = get_record(wildcards.job)
     archive = record.archive or {}
-    return {
-        **get_archive_settings(wildcards),
-        "store_region": record.store_region,
-        "archive_region": archive.get("region"),
-    }
+    return key_sorted(
+        {
+            **get_archive_settings(wildcards),
+            "store_region": record.store_region,
+            "archive_region": archive.get("region"),
+        }
+    )
 
 
 def get_register_settings(wildcards):
     record = get_record(wildcards.job)
-    return {
-        "register": record.register,
-        "base_model": record.base_model,
-        "publish": record.publish,
-    }
+    return key_sorted(
+        {
+            "register": record.register,
+            "base_model": record.base_model,
+            "publish": record.publish,
+        }
+    )
 
 
 def get_reclaim_settings(wildcards):

@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import yaml
+
 from tests.conftest import run_snakemake, seed_example, write_record
 
 RECORD = {
@@ -75,6 +77,21 @@ def test_editing_an_unrelated_record_field_reruns_only_done(data_root: Path, buc
            if line.strip().startswith(("rule ", "localrule "))]
     assert ran == ["done"]
     assert json.loads((data_root / "rl-demo/DONE").read_text())["tracker_url"].startswith("http://")
+
+    # the same record with every mapping's fields in reverse order (as a YAML tool that sorts might
+    # rewrite it): the params of selection and publication are compared key-sorted, so only DONE
+    # (which restates the record's text) runs again, never a selection or an upload
+    def reversed_keys(value):
+        if isinstance(value, dict):
+            return {key: reversed_keys(value[key]) for key in reversed(list(value))}
+        return value
+
+    record_file.write_text(yaml.safe_dump(reversed_keys(yaml.safe_load(record_file.read_text())), sort_keys=False))
+    result = run_snakemake(data_root, "rl-demo/DONE")
+    assert result.returncode == 0, result.stderr
+    ran = [line.split()[-1].rstrip(":") for line in (result.stdout + result.stderr).splitlines()
+           if line.strip().startswith(("rule ", "localrule "))]
+    assert ran == ["done"], ran
 
 
 def test_bad_record_fails_before_any_work_naming_file_and_field(data_root: Path, iris) -> None:

@@ -45,3 +45,17 @@ def write_json(path: str | os.PathLike[str], obj: Any) -> None:
 def read_json(path: str | os.PathLike[str]) -> Any:
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)
+
+
+def key_sorted(value: Any) -> Any:
+    """`value` with the keys of every mapping in sorted order (lists keep theirs).
+
+    Snakemake compares a rule's params by their printed form, so a mapping taken from a record
+    would rerun the rule when only the order of the record's fields changed (a YAML tool that sorts,
+    a hand edit): params built from records and config go through this.
+    """
+    if isinstance(value, dict):
+        return {key: key_sorted(value[key]) for key in sorted(value, key=str)}
+    if isinstance(value, list):
+        return [key_sorted(item) for item in value]
+    return value

@@ -81,7 +81,7 @@ def run_demo(data_root: Path) -> int:
         record = {**seeded["record"], "register": {"authorized": True, "url": registry},
                   "archive": {"dest": f"s3://{BUCKET}/archives"}}
         record_file = records / f"{JOB}.yaml"
-        record_text = yaml.safe_dump(record, sort_keys=False)
+        record_text = yaml.safe_dump(record, sort_keys=True)  # the same text from a fresh seed and from seeded.json
         if not record_file.is_file() or record_file.read_text() != record_text:
             record_file.write_text(record_text)
         bin_dir = install_executable(services / "bin").parent
