@@ -17,7 +17,7 @@ git SHAs, uuids, token counts and URLs, with secrets of every kind planted about
   with rlkeep round by round (tests/benchmarks/peers.py): detect-secrets 1.5 (`scan --all-files
   --no-verify`, installed into the benchmark-only venv, never .venv), scored against the planted
   set by line (recall, and findings on lines where nothing was planted = false positives); and
-  the runbook's own redaction script when /work/shared/runbooks ships it (RLKEEP_RUNBOOKS to
+  the runbook's own redaction script when ../shared/runbooks (beside the checkout) ships it (RLKEEP_RUNBOOKS to
   look elsewhere), scored by which planted secrets are gone from a redacted copy.
 
 The last stdout line is one JSON object with the figures.
@@ -49,7 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peers  # noqa: E402
 
 TARGET_MB_PER_S = 300.0
-RUNBOOKS = Path(os.environ.get("RLKEEP_RUNBOOKS", "/work/shared/runbooks"))
+# the operators' runbooks sit beside the checkout (../shared/runbooks), as the brief lays them out
+RUNBOOKS = Path(os.environ.get("RLKEEP_RUNBOOKS") or Path(__file__).resolve().parents[3] / "shared" / "runbooks")
 RUNBOOK_SCRIPT = "secret_redaction.py"  # `python -m infra.rl_cleanup.secret_redaction ROOT` in the runbook
 PLANT_EVERY_BYTES = 700_000
 ENV_VALUE_SEED = 99
