@@ -511,22 +511,20 @@ class HubHandler(BaseHTTPRequestHandler):
                     while self.rfile.readline() not in (b"\r\n", b"\n", b""):
                         pass
                     return
-                remaining = size
-                while remaining:
-                    chunk = self.rfile.read(min(remaining, 1 << 20))
-                    if not chunk:
-                        raise HubError(400, "request body ended early")
-                    remaining -= len(chunk)
-                    yield chunk
+                yield from self._exactly(size)
                 self.rfile.readline()
         else:
-            remaining = int(self.headers.get("Content-Length") or 0)
-            while remaining:
-                chunk = self.rfile.read(min(remaining, 1 << 20))
-                if not chunk:
-                    raise HubError(400, "request body ended early")
-                remaining -= len(chunk)
-                yield chunk
+            yield from self._exactly(int(self.headers.get("Content-Length") or 0))
+
+    def _exactly(self, size: int) -> Iterator[bytes]:
+        """`size` bytes of the request body in pieces of at most 1 MiB; a body that ends early is a 400."""
+        remaining = size
+        while remaining:
+            chunk = self.rfile.read(min(remaining, 1 << 20))
+            if not chunk:
+                raise HubError(400, "request body ended early")
+            remaining -= len(chunk)
+            yield chunk
 
     def _body(self) -> bytes:
         return b"".join(self._body_chunks())
