@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import signal
 import sys
 import threading
@@ -106,10 +107,25 @@ def stop_signals_raise() -> Iterator[None]:
 
 
 def _remove_outputs(ctx: StepContext) -> None:
+    """A failed step leaves nothing that could pass for its output. Snakemake would remove the outputs
+    of a failed job too, but only after the step's last message: on a full disk that message needs
+    the space an output (a consolidated model) holds."""
     for path in ctx.outputs.values():
-        # a failed step leaves nothing that could pass for its output
-        if path.is_file() and not path.name.startswith("."):
+        if path.name.startswith("."):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.is_file():
             path.unlink(missing_ok=True)
+
+
+def _say(message: str) -> None:
+    """The step's last line, in its log; where the log cannot take it (its disk is full), on the
+    stderr Snakemake shows, so the reason is never lost."""
+    try:
+        print(message, file=sys.stderr, flush=True)
+    except OSError:
+        print(message, file=sys.__stderr__, flush=True)
 
 
 def run_step(step: Step, ctx: StepContext) -> int:
@@ -123,20 +139,19 @@ def run_step(step: Step, ctx: StepContext) -> int:
     except RlkeepError as error:
         _remove_outputs(ctx)
         log.error("step %s failed after %.1fs", target, time.monotonic() - started)
-        print(f"rlkeep: {error}", file=sys.stderr, flush=True)
+        _say(f"rlkeep: {error}")
         return 1
     except OSError as error:
         if not is_no_space(error):
             raise
         _remove_outputs(ctx)
         log.error("step %s failed after %.1fs: out of disk space", target, time.monotonic() - started)
-        print(f"rlkeep: {target}: {no_space_message(error, ctx.job_dir)}", file=sys.stderr, flush=True)
+        _say(f"rlkeep: {target}: {no_space_message(error, ctx.job_dir)}")
         return 1
     except StepTerminated as stop:
         _remove_outputs(ctx)
         log.error("step %s %s after %.1fs; temporary files removed", target, stop, time.monotonic() - started)
-        print(f"rlkeep: {target} {stop}; nothing partial kept: rerun the same command to resume", file=sys.stderr,
-              flush=True)
+        _say(f"rlkeep: {target} {stop}; nothing partial kept: rerun the same command to resume")
         return 128 + stop.signum
     log.info("step %s done in %.1fs", target, time.monotonic() - started)
     return 0
@@ -180,7 +195,10 @@ def run_from_snakemake(smk: Any) -> None:
         print(f"rlkeep: {error}", file=stream, flush=True)
         sys.exit(1)
     status = run_step(step, ctx)
-    stream.flush()
+    try:
+        stream.flush()
+    except OSError:  # a full disk: run_step has said why on Snakemake's stderr
+        pass
     sys.exit(status)
 
 

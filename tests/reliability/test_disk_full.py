@@ -10,15 +10,19 @@ whose size is not known up front; sync.TarOutput removing its .part when closing
 from __future__ import annotations
 
 import errno
+import io
 import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from rlkeep.diskspace import free_bytes
+from rlkeep.pipeline import Step
+from rlkeep.steps import StepContext, run_step
 from rlkeep.storage import open_store
 from tests.reliability import figures_log
 from tests.reliability.support import (
@@ -59,7 +63,8 @@ def _failed_steps(stderr: str, data_root: Path) -> list[tuple[str, str]]:
     for rule, log in re.findall(r"Error in rule (\w+):\n(?:.*\n)*?\s+log: (\S+)", stderr):
         log_path = data_root / log
         lines = log_path.read_text(errors="replace").splitlines() if log_path.is_file() else []
-        said = next((line for line in reversed(lines) if line.startswith("rlkeep:")), "")
+        # no 'rlkeep:' line: the log's tail, so the assertion below shows what happened instead
+        said = next((line for line in reversed(lines) if line.startswith("rlkeep:")), "\n".join(lines[-30:]))
         failed.append((rule, said))
     return failed
 
@@ -128,3 +133,34 @@ def test_a_read_into_a_full_disk_is_not_retried_nor_called_a_store_failure(s3_se
     with pytest.raises(OSError) as raised:
         store.read_into("weights.bin", sink)
     assert raised.value.errno == errno.ENOSPC and sink.writes == 1
+
+
+class _LogOnAFullDisk(io.StringIO):
+    """A step's log on the filesystem that just filled up: nothing can be appended to it."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_step_that_fills_the_disk_frees_its_directory_output_and_still_says_why(tmp_path: Path, monkeypatch,
+                                                                                  capfd) -> None:
+    """Found by CI: export_model filled the disk with its model folder, then failed writing export.json;
+    its 'rlkeep:' line could not be appended to the log on the same full disk, so the step failed
+    without a reason. Guards: run_step removes directory outputs before saying why, and says it on
+    Snakemake's stderr when the log cannot take it."""
+    model = tmp_path / "job" / "model"
+    export = tmp_path / "job" / "export.json"
+
+    def fills_the_disk(ctx: StepContext) -> None:
+        model.mkdir(parents=True)
+        (model / "model.safetensors").write_bytes(b"\0" * 4096)
+        raise OSError(errno.ENOSPC, "No space left on device", str(export))
+
+    monkeypatch.setattr(sys, "stderr", _LogOnAFullDisk())
+    step = Step("export_model", fills_the_disk, frozenset({"rl"}), 1000, 15)
+    ctx = StepContext(job="job", record=None, data_root=tmp_path, inputs={},
+                      outputs={"model": model, "export": export})
+    assert run_step(step, ctx) == 1
+    assert not model.exists() and not export.exists()
+    said = capfd.readouterr().err
+    assert "rlkeep: export_model" in said and f"no space left on the filesystem of {export}" in said, said

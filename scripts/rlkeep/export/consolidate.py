@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rlkeep.diskspace import require_free
 from rlkeep.errors import RlkeepError
 from rlkeep.export.detect import Detection, detect_format, list_files
 from rlkeep.export.fsdp import fsdp_source
@@ -60,6 +61,7 @@ def consolidate(src_dir: str | os.PathLike[str], dst_dir: str | os.PathLike[str]
     dst_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{dst_dir.name}.tmp-", dir=dst_dir.parent))
     try:
+        require_free(staging, _bytes_to_write(plan, aux, staging), f"consolidation of {src_dir} into {dst_dir}")
         with hash_pool() as pool:
             writer = Writer(staging, pool)
             try:
@@ -88,6 +90,23 @@ def consolidate(src_dir: str | os.PathLike[str], dst_dir: str | os.PathLike[str]
     fsync_directory(dst_dir.parent)
     verification["dir"] = str(dst_dir)
     return _report(src_dir, dst_dir, detection, plan, max_shard_bytes, writer.reused, source.notes, verification)
+
+
+# a shard's safetensors header (names, dtypes, shapes, offsets), generously
+HEADER_ALLOWANCE = 1 << 16
+
+
+def _bytes_to_write(plan: Sequence[PlannedShard], aux: Sequence[Path], staging: Path) -> int:
+    """What consolidation adds to the staging folder's filesystem: rewritten shards, reused shards that
+    cannot be hard-linked there (another filesystem), the aux files and the index."""
+    device = staging.stat().st_dev
+    written = 0
+    for shard in plan:
+        if shard.reuse is None:
+            written += shard.data_bytes + HEADER_ALLOWANCE
+        elif shard.reuse.stat().st_dev != device:
+            written += shard.reuse.stat().st_size
+    return written + sum(path.stat().st_size for path in aux) + HEADER_ALLOWANCE
 
 
 def _report(src_dir: Path, dst_dir: Path, detection: Detection, plan: Sequence[PlannedShard], max_shard_bytes: int,
