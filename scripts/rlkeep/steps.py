@@ -119,13 +119,13 @@ def _remove_outputs(ctx: StepContext) -> None:
             path.unlink(missing_ok=True)
 
 
-def _say(message: str) -> None:
+def _say(message: str, step: str) -> None:
     """The step's last line, in its log; where the log cannot take it (its disk is full), on the
-    stderr Snakemake shows, so the reason is never lost."""
+    stderr Snakemake shows, with the step's name, so the reason is never lost."""
     try:
         print(message, file=sys.stderr, flush=True)
     except OSError:
-        print(message, file=sys.__stderr__, flush=True)
+        print(f"{message} [step {step}; its log could not take this line]", file=sys.__stderr__, flush=True)
 
 
 def run_step(step: Step, ctx: StepContext) -> int:
@@ -139,19 +139,19 @@ def run_step(step: Step, ctx: StepContext) -> int:
     except RlkeepError as error:
         _remove_outputs(ctx)
         log.error("step %s failed after %.1fs", target, time.monotonic() - started)
-        _say(f"rlkeep: {error}")
+        _say(f"rlkeep: {error}", step.name)
         return 1
     except OSError as error:
         if not is_no_space(error):
             raise
         _remove_outputs(ctx)
         log.error("step %s failed after %.1fs: out of disk space", target, time.monotonic() - started)
-        _say(f"rlkeep: {target}: {no_space_message(error, ctx.job_dir)}")
+        _say(f"rlkeep: {target}: {no_space_message(error, ctx.job_dir)}", step.name)
         return 1
     except StepTerminated as stop:
         _remove_outputs(ctx)
         log.error("step %s %s after %.1fs; temporary files removed", target, stop, time.monotonic() - started)
-        _say(f"rlkeep: {target} {stop}; nothing partial kept: rerun the same command to resume")
+        _say(f"rlkeep: {target} {stop}; nothing partial kept: rerun the same command to resume", step.name)
         return 128 + stop.signum
     log.info("step %s done in %.1fs", target, time.monotonic() - started)
     return 0

@@ -63,9 +63,12 @@ def _failed_steps(stderr: str, data_root: Path) -> list[tuple[str, str]]:
     for rule, log in re.findall(r"Error in rule (\w+):\n(?:.*\n)*?\s+log: (\S+)", stderr):
         log_path = data_root / log
         lines = log_path.read_text(errors="replace").splitlines() if log_path.is_file() else []
-        # no 'rlkeep:' line: the log's tail, so the assertion below shows what happened instead
-        said = next((line for line in reversed(lines) if line.startswith("rlkeep:")), "\n".join(lines[-30:]))
-        failed.append((rule, said))
+        said = next((line for line in reversed(lines) if line.startswith("rlkeep:")), None)
+        if said is None:  # the log was on the full disk: the step said it on Snakemake's stderr
+            said = next((line for line in stderr.splitlines()
+                         if line.startswith("rlkeep:") and f"[step {rule}; " in line), None)
+        # neither: the log's tail, so the assertion shows what happened instead
+        failed.append((rule, said if said is not None else "\n".join(lines[-30:])))
     return failed
 
 
@@ -163,4 +166,5 @@ def test_a_step_that_fills_the_disk_frees_its_directory_output_and_still_says_wh
     assert run_step(step, ctx) == 1
     assert not model.exists() and not export.exists()
     said = capfd.readouterr().err
-    assert "rlkeep: export_model" in said and f"no space left on the filesystem of {export}" in said, said
+    assert said.startswith("rlkeep: export_model") and f"no space left on the filesystem of {export}" in said, said
+    assert said.rstrip().endswith("[step export_model; its log could not take this line]"), said
