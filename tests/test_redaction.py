@@ -27,6 +27,7 @@ from safetensors.numpy import load_file, save_file
 
 from rlkeep import redaction
 from rlkeep.errors import RlkeepError
+from rlkeep.redaction.prefilter import StdlibPrefilter
 from rlkeep.redaction import (
     ENVIRONMENT_KIND,
     KINDS,
@@ -115,14 +116,16 @@ def test_short_and_long_texts_find_the_same() -> None:
     for kind in CORPUS_KINDS:
         text = f"config: {plant(kind, rng).text} end\n"
         short = stdlib.find_in_text(text)
-        padding = filler * (redaction._StdlibPrefilter.SHORT // len(filler) + 1)
+        padding = filler * (StdlibPrefilter.SHORT // len(filler) + 1)
         long = stdlib.find_in_text(padding + text)
         assert short and [(line + padding.count("\n"), k) for line, k in short] == long, kind
 
 
 def test_sources_hold_no_sample_secret_literally() -> None:
     """The samples are assembled at import time; the files themselves must not contain them."""
-    sources = [REPO / "scripts/rlkeep/redaction.py", Path(__file__), REPO / "tests/support/secrets_corpus.py"]
+    sources = [*sorted((REPO / "scripts/rlkeep/redaction").glob("*.py")), Path(__file__),
+               REPO / "tests/support/secrets_corpus.py"]
+    assert len(sources) > 3
     texts = [path.read_text() for path in sources]
     for rule in RULES:
         for text in texts:
@@ -504,7 +507,7 @@ def test_small_windows_without_newlines_give_the_in_memory_result(seed: int, red
         def emit(self, original: memoryview, redacted: bytes | None) -> None:
             out.write(original if redacted is None else redacted)
 
-    findings = redactor._redact_stream(stream.read, Collect(), chunk_size=700, overlap=300)  # type: ignore[arg-type]
+    findings = redactor.redact_stream(stream.read, Collect(), chunk_size=700, overlap=300)  # type: ignore[arg-type]
     assert out.getvalue() == expected
     assert findings == expected_findings and len(findings) >= 60
 
