@@ -108,6 +108,28 @@ def test_each_hint_accepts_every_match_of_its_rule() -> None:
                     assert hint.match(sample.encode(), match.start()), (RULE_IDS[index], prefix)
 
 
+def test_lower_case_rule_bodies_hold_no_upper_case_letter() -> None:
+    """With prefilter positions a lower-case rule runs as its regex with re.IGNORECASE on the text
+    as it is, instead of on lower-cased text: the same matches only while the pattern itself has
+    no upper-case letter outside an escape (re folds the text and the pattern's letters alike)."""
+    for index, rule in enumerate(RULES):
+        if rule.lowercase:
+            unescaped = re.sub(r"\\.", "", rule.body)
+            assert not re.search("[A-Z]", unescaped), RULE_IDS[index]
+
+
+def test_a_stray_marker_prefix_does_not_hide_the_rest_of_the_window(redactor: Redactor) -> None:
+    """`<redacted:` that is not a whole marker (a log quoting the format) masks nothing and
+    stops nothing: the secrets beside it are still found, in memory and streamed."""
+    rng = random.Random(15)
+    planted = [plant(kind, rng) for kind in CORPUS_KINDS]
+    text = "format: <redacted: KIND> or <redacted:\n" + "\n".join(p.text for p in planted) + "\n"
+    redacted, findings = redactor.redact_text(text)
+    assert sorted(set(kinds_of(findings))) == sorted(set(CORPUS_KINDS))
+    assert all(p.secret not in redacted for p in planted)
+    assert "<redacted: KIND>" in redacted and redactor.find_in_text(redacted) == []
+
+
 def test_short_and_long_texts_find_the_same() -> None:
     """Short texts take the trie prefilter, windows the per-prefix one: same findings."""
     stdlib = Redactor(engine="re")

@@ -11,3 +11,4 @@ MAX_MATCH_LENGTH = 32 << 10
 MIN_LITERAL_LENGTH = 8
 ENVIRONMENT_KIND = "environment_credential"
 MARKER_PREFIX = b"<redacted:"
+MARKER_PATTERN = rb"<redacted:[a-z0-9_]{1,64}>"  # what redaction writes; masked before matching

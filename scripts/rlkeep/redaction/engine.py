@@ -16,10 +16,14 @@ from rlkeep.redaction.common import (CHUNK_SIZE, CONTEXT, ENVIRONMENT_KIND, MAX_
 from rlkeep.redaction.prefilter import (HyperscanPrefilter, Prefilter, Re2Prefilter, StdlibPrefilter,
                                         available_engines)
 from rlkeep.redaction.rewrite import Sink
-from rlkeep.redaction.rules import LITERAL_PRIORITY, RULES
-from rlkeep.redaction.spans import (Probe, Span, count_newlines, left_boundary_ok, lowered_matches,
-                                    mask_markers, matches, merge_spans, neighbourhoods, reach_of,
-                                    replace_spans)
+from rlkeep.redaction.rules import LITERAL_PRIORITY, RULES, Rule
+from rlkeep.redaction.spans import (Probe, Span, count_newlines, left_boundary_ok, mask_markers, matches,
+                                    merge_spans, neighbourhoods, replace_spans)
+
+
+def _probe(priority: float, rule: Rule, needle: bytes) -> Probe:
+    pattern = re.escape(needle) + rule.body.encode()
+    return Probe(priority, rule, needle, re.compile(pattern), re.compile(pattern, re.IGNORECASE) if rule.lowercase else None)
 
 
 def _literal_forms(values: Iterable[str]) -> tuple[bytes, ...]:
@@ -50,8 +54,7 @@ class Redactor:
             raise RlkeepError(f"redaction engine {engine!r} is not available (have {', '.join(available_engines())})")
         self.engine = engine
         self._probes = tuple(
-            Probe(float(priority), rule, needle.encode(), re.compile(re.escape(needle.encode()) + rule.body.encode()),
-                  reach_of(re.escape(needle.encode()) + rule.body.encode()))
+            _probe(float(priority), rule, needle.encode())
             for priority, rule in enumerate(RULES) for needle in rule.prefixes
         )
         self._literals = _literal_forms(literals)
@@ -73,14 +76,16 @@ class Redactor:
         return self.redact_text(text)[1]
 
     def redact_bytes(self, data: bytes) -> tuple[bytes, list[tuple[int, str]]]:
-        out, _, findings = self._redact_region(data, 0, len(data), 1)
-        return (data if out is None else out), findings
+        out, _, findings, _ = self._redact_region(data, 0, len(data), 1)
+        return (data if out is None else bytes(out)), findings
 
     # -- windows ---------------------------------------------------------------------------
 
-    def _find_spans(self, text: bytes, lo: int, hi: int, start: int = 0, stop: int | None = None) -> list[Span]:
+    def _find_spans(self, text: bytes | bytearray, lo: int, hi: int, start: int = 0, stop: int | None = None,
+                    *, marked: bool = False) -> list[Span]:
         """Merged spans to redact whose start lies in [lo, hi). Only text[start:stop] is looked
-        at: matches may begin up to CONTEXT before lo and run up to OVERLAP past hi."""
+        at: matches may begin up to CONTEXT before lo and run up to OVERLAP past hi. `marked`:
+        the caller knows markers are there, so they are masked before the first prefilter pass."""
         stop = len(text) if stop is None else stop
         hay = text if start == 0 and stop == len(text) else text[start:stop]
         lowered_cache: list[bytes] = []
@@ -93,6 +98,8 @@ class Redactor:
         spans: list[Span] = []
         first, last = lo - start, hi - start  # [lo, hi) in hay coordinates
         scan_from = max(0, first - CONTEXT)
+        if marked:
+            hay = mask_markers(hay)
         candidates = self._prefilter.candidates(hay, lowered)
         if candidates.marker:
             hay = mask_markers(hay)
@@ -100,8 +107,8 @@ class Redactor:
             candidates = self._prefilter.candidates(hay, lowered)
         for probe, positions in candidates.probes.items():
             rule = probe.rule
-            if rule.lowercase and positions is not None and probe.reach:
-                found = lowered_matches(probe, hay, positions, scan_from, last)
+            if probe.folded is not None and positions is not None:
+                found = matches(probe.folded, hay, positions, scan_from, last, rule.group)
             else:
                 found = matches(probe.regex, lowered() if rule.lowercase else hay, positions, scan_from, last,
                                 rule.group)
@@ -121,35 +128,41 @@ class Redactor:
                 position = hay.find(literal, position + 1, last + len(literal) - 1)
         return merge_spans(spans)
 
-    def _redact_region(self, window: bytes, lo: int, cut: int, first_line: int
-                       ) -> tuple[bytes | None, int, list[tuple[int, str]]]:
+    def _redact_region(self, window: bytes | bytearray, lo: int, cut: int, first_line: int
+                       ) -> tuple[memoryview | None, int, list[tuple[int, str]], tuple[int, int]]:
         """Redact spans starting in window[lo:cut]; a span crossing `cut` extends the region.
 
-        Returns (redacted region or None if unchanged, end of the region in `window`, findings).
-        Around each new marker the text is scanned again until clean: removing one secret can
-        bring another within reach of a context rule (e.g. a second 40-hex key near `wandb`)."""
+        Returns (redacted region, a view, or None if unchanged; end of the region in `window`; findings;
+        (a position in `window` up to which lines are counted, the line there)), so a stream
+        counts only the rest. Around each new marker the text is scanned again until clean:
+        removing one secret can bring another within reach of a context rule (e.g. a second
+        40-hex key near `wandb`)."""
         spans = self._find_spans(window, lo, cut)
         if not spans:
-            return None, cut, []
-        text = window
+            return None, cut, [], (lo, first_line)
+        text: bytes | bytearray = window
         region_end = cut  # end of the region in `text`
         original_end = cut  # the same point in `window`: text[region_end:] == window[original_end:]
         findings: list[tuple[int, str]] = []
+        counted = (lo, first_line)
         for _ in range(32):
             line, counted_to = first_line, lo
             for span in spans:
                 line += count_newlines(text, counted_to, span.start)
                 counted_to = span.start
                 findings.append((line, span.kind))
+            if text is window:  # round one: positions are the window's
+                counted = (counted_to, line)
             reach = max(region_end, spans[-1].end)
             original_end += reach - region_end
             text, markers = replace_spans(text, spans)
             region_end = len(text) - (len(window) - original_end)
             spans = merge_spans([span for low, high in neighbourhoods(markers, lo, region_end)
                                  for span in self._find_spans(text, low, high, max(0, low - CONTEXT),
-                                                              min(len(text), high + MAX_MATCH_LENGTH))])
+                                                              min(len(text), high + MAX_MATCH_LENGTH),
+                                                              marked=True)])
             if not spans:
-                return text[lo:region_end], original_end, findings
+                return memoryview(text)[lo:region_end], original_end, findings, counted
         raise RuntimeError("redaction did not settle after 32 rounds")  # pragma: no cover
 
     def redact_stream(self, read: Callable[[int], bytes], sink: Sink | None,
@@ -158,35 +171,47 @@ class Redactor:
         findings: list[tuple[int, str]] = []
         context = b""  # final text just before the window: matches may start in it
         carry = b""  # read but not yet committed
+        window = bytearray()  # context + carry + new data, refilled in place (see _refill)
         line = 1
         while True:
             data = read(chunk_size)
             at_end = not data
-            window = b"".join((context, carry, data))
+            _refill(window, context + carry, data)
             lo = len(context)
             if at_end:
                 cut = len(window)
             else:
                 limit = len(window) - overlap
                 if limit <= lo:
-                    carry = window[lo:]
+                    carry = bytes(window[lo:])
                     continue
                 newline = window.rfind(b"\n", lo, limit)
                 cut = newline + 1 if newline >= 0 else limit
-            out, end, found = self._redact_region(window, lo, cut, line)
+            out, end, found, (counted_to, line) = self._redact_region(window, lo, cut, line)
             findings.extend(found)
-            line += count_newlines(window, lo, end)
+            line += count_newlines(window, counted_to, end)
             if sink is not None:
-                sink.emit(memoryview(window)[lo:end], out)
+                with memoryview(window) as view:  # released before the window is refilled
+                    sink.emit(view[lo:end], out)
             if out is None:
-                context = window[max(0, end - CONTEXT):end]
+                context = bytes(window[max(0, end - CONTEXT):end])
             elif len(out) >= CONTEXT:
-                context = out[-CONTEXT:]
+                context = bytes(out[-CONTEXT:])
             else:
-                context = (window[max(0, lo - CONTEXT):lo] + out)[-CONTEXT:]
-            carry = window[end:]
+                context = (bytes(window[max(0, lo - CONTEXT):lo]) + out)[-CONTEXT:]
+            carry = bytes(window[end:])
             if at_end:
                 return findings
+
+
+def _refill(window: bytearray, prefix: bytes, data: bytes) -> None:
+    """Make `window` prefix + data in the memory it already has. A new window-sized bytes object
+    per read lands on fresh pages (glibc returns freed megabytes to the kernel), and the page
+    faults cost more CPU than the scan; a bytearray resized within its allocation does not."""
+    if len(window) < len(prefix):
+        window.extend(bytes(len(prefix) - len(window)))
+    window[len(prefix):] = data
+    window[:len(prefix)] = prefix
 
 
 ENV_CREDENTIAL_NAMES = frozenset({

@@ -7,9 +7,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol, Sequence
 
-from rlkeep.redaction.common import MARKER_PREFIX
+from rlkeep.redaction.common import MARKER_PATTERN, MARKER_PREFIX
 from rlkeep.redaction.rules import MAX_PREFIX_LENGTH
-from rlkeep.redaction.spans import Probe
+from rlkeep.redaction.spans import MARKER, Probe
 
 try:  # optional: only speeds up the prefilter, never decides a finding
     import re2 as _re2
@@ -28,7 +28,11 @@ class Candidates:
 
     probes: dict[Probe, list[int] | None] = field(default_factory=dict)
     literals: list[bytes] = field(default_factory=list)
-    marker: bool = False  # `<redacted:` occurs: the caller masks markers and asks again
+    marker: bool = False  # a `<redacted:KIND>` marker occurs: the caller masks markers and asks again
+
+
+def has_marker(hay: bytes | bytearray) -> bool:
+    return MARKER_PREFIX in hay and MARKER.search(hay) is not None
 
 
 class Prefilter(Protocol):
@@ -127,7 +131,7 @@ class StdlibPrefilter(_NeedleIndex):
         self._lower = re.compile(_trie_pattern(needle for (needle, lowercase), _ in self._by_needle if lowercase))
 
     def candidates(self, hay: bytes, lowered: Callable[[], bytes]) -> Candidates:
-        if MARKER_PREFIX in hay:
+        if has_marker(hay):
             return Candidates(marker=True)
         if len(hay) <= self.SHORT:
             spans = [m.span() for m in self._raw.finditer(hay)] + [m.span() for m in self._lower.finditer(lowered())]
@@ -161,7 +165,7 @@ class Re2Prefilter(_NeedleIndex):
         self._regex = _re2.compile(b"|".join(alternatives), options)
 
     def candidates(self, hay: bytes, lowered: Callable[[], bytes]) -> Candidates:
-        if MARKER_PREFIX in hay:
+        if has_marker(hay):
             return Candidates(marker=True)
         return self._located(hay, (match.span() for match in self._regex.finditer(hay)))
 
@@ -181,7 +185,7 @@ class HyperscanPrefilter(_NeedleIndex):
         expressions += [_re2_bytes_literal(literal) for literal in literals]
         self._probe_list, self._literal_list = tuple(probes), tuple(literals)  # by pattern id
         self._marker_id = len(expressions)  # the same pass tells whether markers need masking
-        expressions.append(_re2_bytes_literal(MARKER_PREFIX))
+        expressions.append(MARKER_PATTERN)
         flags = [_hyperscan.HS_FLAG_SOM_LEFTMOST | _hyperscan.HS_FLAG_DOTALL] * len(expressions)
         self._database = _hyperscan.Database()
         self._database.compile(expressions=expressions, ids=list(range(len(expressions))),

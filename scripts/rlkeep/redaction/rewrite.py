@@ -16,7 +16,7 @@ from rlkeep.redaction.common import CHUNK_SIZE
 
 
 class Sink(Protocol):
-    def emit(self, original: memoryview, redacted: bytes | None) -> None: ...
+    def emit(self, original: memoryview, redacted: memoryview | None) -> None: ...
     def finish(self) -> bool: ...
     def abort(self) -> None: ...
 
@@ -42,7 +42,7 @@ class LazyRewriter:
         self._tmp: str | None = None
         self._handle: BinaryIO | None = None
 
-    def emit(self, original: memoryview, redacted: bytes | None) -> None:
+    def emit(self, original: memoryview, redacted: memoryview | None) -> None:
         if redacted is None and self._handle is None:
             self._unchanged += len(original)
             return
@@ -84,7 +84,7 @@ class TranscodingRewriter:
         self._changed = False
         self.trailing = b""
 
-    def emit(self, original: memoryview, redacted: bytes | None) -> None:
+    def emit(self, original: memoryview, redacted: memoryview | None) -> None:
         assert self._handle is not None
         self._changed = self._changed or redacted is not None
         text = self._decoder.decode(bytes(original) if redacted is None else redacted)
