@@ -33,53 +33,70 @@ def install(tmp: str, handle: BinaryIO, path: Path, mode: int) -> None:
     os.replace(tmp, path)
 
 
-class LazyRewriter:
-    """Opens the temp file at the first change, copying the unchanged prefix from the source."""
+class _TempBeside:
+    """A temp file beside `path` that replaces it (fsynced, mode kept) or is removed."""
 
-    def __init__(self, path: Path, source_fd: int, mode: int) -> None:
-        self._path, self._source_fd, self._mode = path, source_fd, mode
-        self._unchanged = 0
+    def __init__(self, path: Path, mode: int) -> None:
+        self._path, self._mode = path, mode
         self._tmp: str | None = None
         self._handle: BinaryIO | None = None
 
-    def emit(self, original: memoryview, redacted: memoryview | None) -> None:
-        if redacted is None and self._handle is None:
-            self._unchanged += len(original)
-            return
-        if self._handle is None:
-            fd, self._tmp = temp_beside(self._path)
-            self._handle = os.fdopen(fd, "wb")
-            copied = 0
-            while copied < self._unchanged:
-                block = os.pread(self._source_fd, min(CHUNK_SIZE, self._unchanged - copied), copied)
-                if not block:
-                    raise RlkeepError(f"{self._path}: file shrank while it was being redacted")
-                self._handle.write(block)
-                copied += len(block)
-        self._handle.write(original if redacted is None else redacted)
+    def _open(self) -> BinaryIO:
+        fd, self._tmp = temp_beside(self._path)
+        self._handle = os.fdopen(fd, "wb")
+        return self._handle
 
-    def finish(self) -> bool:
-        if self._handle is None or self._tmp is None:
-            return False
+    def _install(self) -> bool:
+        assert self._tmp is not None and self._handle is not None
         install(self._tmp, self._handle, self._path, self._mode)
-        self._handle = None
+        self._tmp = self._handle = None
         return True
 
     def abort(self) -> None:
         if self._handle is not None:
             self._handle.close()
+            self._handle = None
         if self._tmp is not None:
             Path(self._tmp).unlink(missing_ok=True)
 
 
-class TranscodingRewriter:
+class LazyRewriter(_TempBeside):
+    """Opens the temp file at the first change, copying the unchanged prefix from the source."""
+
+    def __init__(self, path: Path, source_fd: int, mode: int) -> None:
+        super().__init__(path, mode)
+        self._source_fd = source_fd
+        self._unchanged = 0
+
+    def emit(self, original: memoryview, redacted: memoryview | None) -> None:
+        if redacted is None and self._handle is None:
+            self._unchanged += len(original)
+            return
+        handle = self._handle or self._copy_unchanged()
+        handle.write(original if redacted is None else redacted)
+
+    def _copy_unchanged(self) -> BinaryIO:
+        handle = self._open()
+        copied = 0
+        while copied < self._unchanged:
+            block = os.pread(self._source_fd, min(CHUNK_SIZE, self._unchanged - copied), copied)
+            if not block:
+                raise RlkeepError(f"{self._path}: file shrank while it was being redacted")
+            handle.write(block)
+            copied += len(block)
+        return handle
+
+    def finish(self) -> bool:
+        return self._handle is not None and self._install()
+
+
+class TranscodingRewriter(_TempBeside):
     """For UTF-16/32 files: everything is written back in the file's encoding; kept only if changed."""
 
     def __init__(self, path: Path, encoding: str, bom: bytes, mode: int) -> None:
-        self._path, self._encoding, self._mode = path, encoding, mode
-        fd, self._tmp = temp_beside(path)
-        self._handle: BinaryIO | None = os.fdopen(fd, "wb")
-        self._handle.write(bom)
+        super().__init__(path, mode)
+        self._encoding = encoding
+        self._open().write(bom)
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="surrogatepass")
         self._changed = False
         self.trailing = b""
@@ -97,15 +114,7 @@ class TranscodingRewriter:
         if not self._changed:
             self.abort()
             return False
-        install(self._tmp, self._handle, self._path, self._mode)
-        self._handle = None
-        return True
-
-    def abort(self) -> None:
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
-        Path(self._tmp).unlink(missing_ok=True)
+        return self._install()
 
 
 class TranscodingReader:
