@@ -27,6 +27,7 @@ from safetensors.numpy import load_file, save_file
 
 from rlkeep import redaction
 from rlkeep.errors import RlkeepError
+from rlkeep.redaction.prefilter import StdlibPrefilter
 from rlkeep.redaction import (
     ENVIRONMENT_KIND,
     KINDS,
@@ -107,6 +108,28 @@ def test_each_hint_accepts_every_match_of_its_rule() -> None:
                     assert hint.match(sample.encode(), match.start()), (RULE_IDS[index], prefix)
 
 
+def test_lower_case_rule_bodies_hold_no_upper_case_letter() -> None:
+    """With prefilter positions a lower-case rule runs as its regex with re.IGNORECASE on the text
+    as it is, instead of on lower-cased text: the same matches only while the pattern itself has
+    no upper-case letter outside an escape (re folds the text and the pattern's letters alike)."""
+    for index, rule in enumerate(RULES):
+        if rule.lowercase:
+            unescaped = re.sub(r"\\.", "", rule.body)
+            assert not re.search("[A-Z]", unescaped), RULE_IDS[index]
+
+
+def test_a_stray_marker_prefix_does_not_hide_the_rest_of_the_window(redactor: Redactor) -> None:
+    """`<redacted:` that is not a whole marker (a log quoting the format) masks nothing and
+    stops nothing: the secrets beside it are still found, in memory and streamed."""
+    rng = random.Random(15)
+    planted = [plant(kind, rng) for kind in CORPUS_KINDS]
+    text = "format: <redacted: KIND> or <redacted:\n" + "\n".join(p.text for p in planted) + "\n"
+    redacted, findings = redactor.redact_text(text)
+    assert sorted(set(kinds_of(findings))) == sorted(set(CORPUS_KINDS))
+    assert all(p.secret not in redacted for p in planted)
+    assert "<redacted: KIND>" in redacted and redactor.find_in_text(redacted) == []
+
+
 def test_short_and_long_texts_find_the_same() -> None:
     """Short texts take the trie prefilter, windows the per-prefix one: same findings."""
     stdlib = Redactor(engine="re")
@@ -115,14 +138,16 @@ def test_short_and_long_texts_find_the_same() -> None:
     for kind in CORPUS_KINDS:
         text = f"config: {plant(kind, rng).text} end\n"
         short = stdlib.find_in_text(text)
-        padding = filler * (redaction._StdlibPrefilter.SHORT // len(filler) + 1)
+        padding = filler * (StdlibPrefilter.SHORT // len(filler) + 1)
         long = stdlib.find_in_text(padding + text)
         assert short and [(line + padding.count("\n"), k) for line, k in short] == long, kind
 
 
 def test_sources_hold_no_sample_secret_literally() -> None:
     """The samples are assembled at import time; the files themselves must not contain them."""
-    sources = [REPO / "scripts/rlkeep/redaction.py", Path(__file__), REPO / "tests/support/secrets_corpus.py"]
+    sources = [*sorted((REPO / "scripts/rlkeep/redaction").glob("*.py")), Path(__file__),
+               REPO / "tests/support/secrets_corpus.py"]
+    assert len(sources) > 3
     texts = [path.read_text() for path in sources]
     for rule in RULES:
         for text in texts:
@@ -504,7 +529,7 @@ def test_small_windows_without_newlines_give_the_in_memory_result(seed: int, red
         def emit(self, original: memoryview, redacted: bytes | None) -> None:
             out.write(original if redacted is None else redacted)
 
-    findings = redactor._redact_stream(stream.read, Collect(), chunk_size=700, overlap=300)  # type: ignore[arg-type]
+    findings = redactor.redact_stream(stream.read, Collect(), chunk_size=700, overlap=300)  # type: ignore[arg-type]
     assert out.getvalue() == expected
     assert findings == expected_findings and len(findings) >= 60
 

@@ -357,7 +357,7 @@ class _ShortReads:
        st.sampled_from([(1024, 2048), (3000, 2048), (redaction.CHUNK_SIZE, redaction.OVERLAP)]))
 def test_a_planted_secret_is_found_however_the_windows_fall(planted: tuple[str, str, str], sizes: list[int],
                                                             window: tuple[int, int]) -> None:
-    """Guard: Redactor._redact_stream re-scans the last `overlap` bytes of each window (and keeps
+    """Guard: Redactor.redact_stream re-scans the last `overlap` bytes of each window (and keeps
     `context` before it), so a secret split across reads or windows is still found whole."""
     kind, secret, text = planted
     chunk, overlap = window
@@ -368,7 +368,7 @@ def test_a_planted_secret_is_found_however_the_windows_fall(planted: tuple[str, 
             pieces.append(bytes(original) if redacted is None else redacted)
 
     redactor = redaction.Redactor()
-    findings = redactor._redact_stream(_ShortReads(text.encode(), sizes).read, Sink(), chunk, overlap)
+    findings = redactor.redact_stream(_ShortReads(text.encode(), sizes).read, Sink(), chunk, overlap)
     out = b"".join(pieces).decode()
     assert secret not in out, kind
     assert findings, kind
