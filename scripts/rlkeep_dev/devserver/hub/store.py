@@ -172,39 +172,7 @@ class HubStore:
             files = dict(self.files_at(ref, head))
             pending_blobs: dict[str, bytes] = {}
             for operation in operations:
-                path = operation["path"]
-                kind = operation["op"]
-                if kind == "delete_folder":
-                    prefix = path.rstrip("/") + "/"
-                    doomed = [p for p in files if p.startswith(prefix)]
-                    if not doomed:
-                        raise HubError(404, f"A folder with this name doesn't exist: {path}", "EntryNotFound")
-                    for doomed_path in doomed:
-                        del files[doomed_path]
-                    continue
-                problem = check_repo_path(path)
-                if problem:
-                    raise HubError(400, problem)
-                if kind == "delete_file":
-                    if path not in files:
-                        raise HubError(404, f"A file with this name doesn't exist: {path}", "EntryNotFound")
-                    del files[path]
-                elif kind == "file":
-                    content = operation["content"]
-                    oid = git_blob_sha1(content)
-                    pending_blobs[oid] = content
-                    files[path] = {"oid": oid, "size": len(content)}
-                elif kind == "lfs":
-                    sha256, size = operation["sha256"], operation.get("size")
-                    if not SHA256_RE.fullmatch(sha256) or not self.has_lfs_object(ref, sha256, size):
-                        raise HubError(400, f"Your push was rejected because an LFS pointer pointed to a file "
-                                            f"that does not exist: {path} (oid {sha256})")
-                    size = self.lfs_object_path(ref, sha256).stat().st_size
-                    pointer = lfs_pointer(sha256, size)
-                    files[path] = {"oid": git_blob_sha1(pointer), "size": size,
-                                   "lfs": {"sha256": sha256, "size": size, "pointerSize": len(pointer)}}
-                else:
-                    raise HubError(400, f"unknown commit operation {kind!r}")
+                self._apply_operation(ref, files, operation, pending_blobs)
             conflict = set(files) & directories_of(files)
             if conflict:
                 raise HubError(400, f"path is both a file and a folder: {sorted(conflict)[0]}")
@@ -216,6 +184,43 @@ class HubStore:
             repo["branches"][branch] = sha
             write_json(directory / "repo.json", repo)
             return sha
+
+    def _apply_operation(self, ref: RepoRef, files: dict[str, Any], operation: dict[str, Any],
+                         pending_blobs: dict[str, bytes]) -> None:
+        """Apply one commit operation to `files` (the new commit's file map); a refused one raises HubError."""
+        path = operation["path"]
+        kind = operation["op"]
+        if kind == "delete_folder":
+            prefix = path.rstrip("/") + "/"
+            doomed = [p for p in files if p.startswith(prefix)]
+            if not doomed:
+                raise HubError(404, f"A folder with this name doesn't exist: {path}", "EntryNotFound")
+            for doomed_path in doomed:
+                del files[doomed_path]
+            return
+        problem = check_repo_path(path)
+        if problem:
+            raise HubError(400, problem)
+        if kind == "delete_file":
+            if path not in files:
+                raise HubError(404, f"A file with this name doesn't exist: {path}", "EntryNotFound")
+            del files[path]
+        elif kind == "file":
+            content = operation["content"]
+            oid = git_blob_sha1(content)
+            pending_blobs[oid] = content
+            files[path] = {"oid": oid, "size": len(content)}
+        elif kind == "lfs":
+            sha256, size = operation["sha256"], operation.get("size")
+            if not SHA256_RE.fullmatch(sha256) or not self.has_lfs_object(ref, sha256, size):
+                raise HubError(400, f"Your push was rejected because an LFS pointer pointed to a file "
+                                    f"that does not exist: {path} (oid {sha256})")
+            size = self.lfs_object_path(ref, sha256).stat().st_size
+            pointer = lfs_pointer(sha256, size)
+            files[path] = {"oid": git_blob_sha1(pointer), "size": size,
+                           "lfs": {"sha256": sha256, "size": size, "pointerSize": len(pointer)}}
+        else:
+            raise HubError(400, f"unknown commit operation {kind!r}")
 
     def history(self, ref: RepoRef, sha: str) -> Iterator[dict[str, Any]]:
         current: str | None = sha
