@@ -8,14 +8,13 @@ kind's trace tree. `KindRun.record()` gives the job record.
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 import random
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +145,89 @@ def _safetensors_bytes(seed: int, step: int, hidden: int) -> bytes:
                  "lm_head.weight": generator.standard_normal((64, hidden)).astype(np.float32)})
 
 
+def _sft_launch_script(job: str) -> str:
+    return ("#!/bin/bash\n#SBATCH --job-name=%s\n#SBATCH --nodes=4\n#SBATCH --gres=gpu:1\n"
+            "#SBATCH --output=logs/%%j.out\n#SBATCH --error=logs/%%j.err\n#SBATCH --requeue\n"
+            "srun llamafactory-cli train configs/sft.yaml\n" % job)
+
+
+def _sft_trainer_row(step: int, n_steps: int, seed: int, now: datetime, began: datetime) -> dict[str, Any]:
+    """One `trainer_log.jsonl` row as LLaMA-Factory writes it."""
+    return {"current_steps": step, "total_steps": n_steps, "loss": _loss(step, seed),
+            "lr": round(1.0e-5 * 0.5 * (1 + float(np.cos(np.pi * step / n_steps))), 10),
+            "epoch": round(step / n_steps, 2), "percentage": round(100 * step / n_steps, 2),
+            "elapsed_time": str(now - began).split(".")[0],
+            "remaining_time": str((n_steps - step) * timedelta(seconds=43)).split(".")[0]}
+
+
+def _write_sft_attempt(tree: Tree, *, job: str, job_id: str, first: bool, steps: range, n_steps: int,
+                       save_steps: int, seed: int, wandb_id: str, submitted: datetime,
+                       trainer_log: list[dict[str, Any]]) -> tuple[datetime, datetime]:
+    """`logs/<job_id>.out` and `.err` of one attempt (the first dies of a node failure), its rows
+    appended to `trainer_log`; returns when it began and ended."""
+    began = submitted + timedelta(seconds=400)
+    out = [f"[INFO|{clock.python_logging(began)}] llamafactory.hparams.parser: Process rank: 0, world size: 4",
+           f"[INFO|{clock.python_logging(began)}] llamafactory.data.loader: Loading dataset laion_swe_traces_v3",
+           f"wandb: Tracking run with wandb version 0.19.8",
+           f"wandb: View run at https://wandb.ai/{WANDB_ENTITY}/sft/runs/{wandb_id}"]
+    if not first:
+        out.append(f"[INFO|trainer.py:2412] Continuing training from checkpoint experiments/{job}/"
+                   f"checkpoint-{save_steps}")
+    now = began + timedelta(seconds=90)
+    for step in steps:
+        now += timedelta(seconds=41 + step % 5)
+        out.append(f"{step}/{n_steps} [{clock.clock(now)}] " + _sft_step_line(step, n_steps, seed))
+        trainer_log.append(_sft_trainer_row(step, n_steps, seed, now, began))
+        if step % save_steps == 0:
+            out.append(f"[INFO|trainer.py:3984] Saving model checkpoint to experiments/{job}/checkpoint-{step}")
+    err = [f"{clock.python_logging(began)} - torch.distributed - WARNING - NCCL_ASYNC_ERROR_HANDLING is deprecated"]
+    if first:
+        err.append("srun: error: c611-004: task 3: Killed")
+        err.append("slurmstepd: error: *** JOB %s ON c611-002 CANCELLED AT %s DUE TO NODE FAILURE ***"
+                   % (job_id, clock.iso_naive(now).split(".")[0]))
+    else:
+        out.append("***** train metrics *****\n  epoch = 1.0\n  train_loss = %.4f" % _loss(n_steps, seed))
+    tree.write_text(f"logs/{job_id}.out", "\n".join(out) + "\n")
+    tree.write_text(f"logs/{job_id}.err", "\n".join(err) + "\n")
+    return began, now
+
+
+def _write_sft_checkpoints(tree: Tree, *, job: str, seed: int, hidden: int, n_steps: int, save_steps: int,
+                           trainer_log: list[dict[str, Any]]) -> None:
+    """`checkpoint-<step>/`: weights, optimizer and training args (which the archive skips), state, config."""
+    for step in range(save_steps, n_steps + 1, save_steps):
+        base = f"checkpoint-{step}"
+        tree.write_bytes(f"{base}/model.safetensors", _safetensors_bytes(seed, step, hidden))
+        tree.write_bytes(f"{base}/optimizer.pt", np.random.default_rng(step).bytes(4096))
+        tree.write_bytes(f"{base}/training_args.bin", b"\x80\x04" + job.encode() + b"\x00" * 62)
+        tree.write_json(f"{base}/trainer_state.json", {"global_step": step, "log_history": trainer_log[:step]})
+        tree.write_json(f"{base}/config.json", {"architectures": ["Qwen3ForCausalLM"], "hidden_size": hidden})
+
+
+def _write_sft_wandb(tree: Tree, *, start: datetime, wandb_id: str, config: str, n_steps: int, seed: int) -> None:
+    run_dir = f"wandb/run-{start:%Y%m%d_%H%M%S}-{wandb_id}"
+    tree.write_text(f"{run_dir}/files/config.yaml", config)
+    tree.write_json(f"{run_dir}/files/wandb-summary.json",
+                    {"train/loss": _loss(n_steps, seed), "train/global_step": n_steps})
+    tree.write_bytes(f"{run_dir}/run-{wandb_id}.wandb", b":W&B\x00\x01" + bytes(range(256)) * 4)
+    tree.write_text("wandb/debug.log", f"wandb run {wandb_id} synced\n")
+
+
+def _sft_scontrol_line(*, job: str, user: str, job_id: str, state: str, exit_code: str,
+                       times: tuple[datetime, datetime, datetime], stdout_base: str) -> str:
+    """`scontrol show job` of one attempt, on one line."""
+    submitted, began, ended = times
+    return (
+        f"JobId={job_id} JobName={job} UserId={user}(1001) GroupId={user}(1001) Account=laion QOS=normal "
+        f"JobState={state} Reason={'NodeDown' if state == 'NODE_FAIL' else 'None'} Requeue=1 "
+        f"Restarts={0 if state == 'COMPLETED' else 1} BatchFlag=1 ExitCode={exit_code} "
+        f"SubmitTime={clock.iso_naive(submitted)[:19]} StartTime={clock.iso_naive(began)[:19]} "
+        f"EndTime={clock.iso_naive(ended)[:19]} Partition=gh NumNodes=4 "
+        f"Command={stdout_base}/launch.sbatch WorkDir={stdout_base} "
+        f"StdErr={stdout_base}/logs/%j.err StdIn=/dev/null StdOut={stdout_base}/logs/{job_id}.out Power="
+    )
+
+
 def write_sft_run(root: Path, *, job: str = "sft-demo", user: str = "demo",
                   job_ids: tuple[str, ...] = ("4815101", "4815162"), n_steps: int = 40, save_steps: int = 20,
                   seed: int = 0, hidden: int = 64, stdout_root: str | None = None) -> KindRun:
@@ -163,77 +245,30 @@ def write_sft_run(root: Path, *, job: str = "sft-demo", user: str = "demo",
     first_last = n_steps // 2 + 3
     attempts = [(job_ids[0], range(1, first_last + 1), "NODE_FAIL", "0:9"),
                 (job_ids[1], range(save_steps + 1, n_steps + 1), "COMPLETED", "0:0")]
-    times: dict[str, tuple] = {}
+    times: dict[str, tuple[datetime, datetime, datetime]] = {}
 
     def build(tree: Tree) -> None:
         config = _sft_config(job, seed, n_steps, save_steps)
         tree.write_text("configs/sft.yaml", config)
-        tree.write_text("launch.sbatch", "#!/bin/bash\n#SBATCH --job-name=%s\n#SBATCH --nodes=4\n#SBATCH --gres=gpu:1\n"
-                        "#SBATCH --output=logs/%%j.out\n#SBATCH --error=logs/%%j.err\n#SBATCH --requeue\n"
-                        "srun llamafactory-cli train configs/sft.yaml\n" % job)
-        trainer_log = []
-        moment = start
+        tree.write_text("launch.sbatch", _sft_launch_script(job))
+        trainer_log: list[dict[str, Any]] = []
+        submitted = start
         for index, (job_id, steps, _, _) in enumerate(attempts):
-            submitted = moment
-            began = submitted + timedelta(seconds=400)
-            out = [f"[INFO|{clock.python_logging(began)}] llamafactory.hparams.parser: Process rank: 0, world size: 4",
-                   f"[INFO|{clock.python_logging(began)}] llamafactory.data.loader: Loading dataset laion_swe_traces_v3",
-                   f"wandb: Tracking run with wandb version 0.19.8",
-                   f"wandb: View run at https://wandb.ai/{WANDB_ENTITY}/sft/runs/{wandb_id}"]
-            if index:
-                out.append(f"[INFO|trainer.py:2412] Continuing training from checkpoint experiments/{job}/"
-                           f"checkpoint-{save_steps}")
-            t = began + timedelta(seconds=90)
-            for step in steps:
-                t += timedelta(seconds=41 + step % 5)
-                out.append(f"{step}/{n_steps} [{clock.clock(t)}] " + _sft_step_line(step, n_steps, seed))
-                trainer_log.append({"current_steps": step, "total_steps": n_steps, "loss": _loss(step, seed),
-                                    "lr": round(1.0e-5 * 0.5 * (1 + float(np.cos(np.pi * step / n_steps))), 10),
-                                    "epoch": round(step / n_steps, 2), "percentage": round(100 * step / n_steps, 2),
-                                    "elapsed_time": str(t - began).split(".")[0],
-                                    "remaining_time": str((n_steps - step) * timedelta(seconds=43)).split(".")[0]})
-                if step % save_steps == 0:
-                    out.append(f"[INFO|trainer.py:3984] Saving model checkpoint to experiments/{job}/checkpoint-{step}")
-            err = [f"{clock.python_logging(began)} - torch.distributed - WARNING - NCCL_ASYNC_ERROR_HANDLING is deprecated"]
-            if index == 0:
-                err.append("srun: error: c611-004: task 3: Killed")
-                err.append("slurmstepd: error: *** JOB %s ON c611-002 CANCELLED AT %s DUE TO NODE FAILURE ***"
-                           % (job_id, clock.iso_naive(t).split(".")[0]))
-            else:
-                out.append("***** train metrics *****\n  epoch = 1.0\n  train_loss = %.4f" % _loss(n_steps, seed))
-            tree.write_text(f"logs/{job_id}.out", "\n".join(out) + "\n")
-            tree.write_text(f"logs/{job_id}.err", "\n".join(err) + "\n")
-            times[job_id] = (submitted, began, t)
-            moment = t + timedelta(seconds=12)
+            began, ended = _write_sft_attempt(tree, job=job, job_id=job_id, first=index == 0, steps=steps,
+                                              n_steps=n_steps, save_steps=save_steps, seed=seed, wandb_id=wandb_id,
+                                              submitted=submitted, trainer_log=trainer_log)
+            times[job_id] = (submitted, began, ended)
+            submitted = ended + timedelta(seconds=12)
         tree.write_text("trainer_log.jsonl", "".join(json.dumps(row) + "\n" for row in trainer_log))
-        for step in range(save_steps, n_steps + 1, save_steps):
-            base = f"checkpoint-{step}"
-            tree.write_bytes(f"{base}/model.safetensors", _safetensors_bytes(seed, step, hidden))
-            tree.write_bytes(f"{base}/optimizer.pt", np.random.default_rng(step).bytes(4096))
-            tree.write_bytes(f"{base}/training_args.bin", b"\x80\x04" + job.encode() + b"\x00" * 62)
-            tree.write_json(f"{base}/trainer_state.json", {"global_step": step, "log_history": trainer_log[:step]})
-            tree.write_json(f"{base}/config.json", {"architectures": ["Qwen3ForCausalLM"], "hidden_size": hidden})
-        run_dir = f"wandb/run-{start:%Y%m%d_%H%M%S}-{wandb_id}"
-        tree.write_text(f"{run_dir}/files/config.yaml", config)
-        tree.write_json(f"{run_dir}/files/wandb-summary.json",
-                        {"train/loss": _loss(n_steps, seed), "train/global_step": n_steps})
-        tree.write_bytes(f"{run_dir}/run-{wandb_id}.wandb", b":W&B\x00\x01" + bytes(range(256)) * 4)
-        tree.write_text("wandb/debug.log", f"wandb run {wandb_id} synced\n")
+        _write_sft_checkpoints(tree, job=job, seed=seed, hidden=hidden, n_steps=n_steps, save_steps=save_steps,
+                               trainer_log=trainer_log)
+        _write_sft_wandb(tree, start=start, wandb_id=wandb_id, config=config, n_steps=n_steps, seed=seed)
 
     _install(root, build)
     stdout_base = stdout_root or str(root)
-    lines = {}
-    for job_id, _, state, exit_code in attempts:
-        submitted, began, ended = times.get(job_id) or (start, start, start)
-        lines[job_id] = (
-            f"JobId={job_id} JobName={job} UserId={user}(1001) GroupId={user}(1001) Account=laion QOS=normal "
-            f"JobState={state} Reason={'NodeDown' if state == 'NODE_FAIL' else 'None'} Requeue=1 "
-            f"Restarts={0 if state == 'COMPLETED' else 1} BatchFlag=1 ExitCode={exit_code} "
-            f"SubmitTime={clock.iso_naive(submitted)[:19]} StartTime={clock.iso_naive(began)[:19]} "
-            f"EndTime={clock.iso_naive(ended)[:19]} Partition=gh NumNodes=4 "
-            f"Command={stdout_base}/launch.sbatch WorkDir={stdout_base} "
-            f"StdErr={stdout_base}/logs/%j.err StdIn=/dev/null StdOut={stdout_base}/logs/{job_id}.out Power="
-        )
+    lines = {job_id: _sft_scontrol_line(job=job, user=user, job_id=job_id, state=state, exit_code=exit_code,
+                                        times=times.get(job_id) or (start, start, start), stdout_base=stdout_base)
+             for job_id, _, state, exit_code in attempts}
     return KindRun(root=root, job=job, kind="sft", user=user, chain=list(job_ids), scheduler="slurm",
                    tracker_url=f"https://wandb.ai/{WANDB_ENTITY}/sft/runs/{wandb_id}", scontrol_lines=lines)
 

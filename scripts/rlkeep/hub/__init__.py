@@ -1,0 +1,54 @@
+"""Publication to a Hugging Face Hub: the model (additive), the trace dataset (one replacing
+commit), the archive copy in a dataset repo, and the checks that a fresh download of each is what
+was staged.
+
+The endpoint and token come from HF_ENDPOINT and HF_TOKEN (docs/reference.md, contract §2) unless passed
+explicitly. The token never appears in a message, an exception or returned evidence; without
+HF_TOKEN no token is sent at all (a token saved for huggingface.co is never offered to another
+endpoint). Xet is off for every call, so uploads take the plain LFS protocol (client.py).
+
+One module per job: failures (what a failed Hub call says), ratelimits (waiting out HTTP 429
+within a bound), client (the target, its HfApi, repo creation, head, history, fresh download),
+trees (which staged files are published, digests, tree differences), checks (what makes a
+downloaded model repo a complete publication; `rlkeep check-publication`), card (the model card
+and its Training Traces link), model and traces (each publication and its verification), archive
+(the Hub archive upload) and steps (the pipeline steps). The public names are re-exported here.
+"""
+from __future__ import annotations
+
+from rlkeep.hub.archive import upload_archive_to_hub
+from rlkeep.hub.card import TRACES_PENDING, link_traces_in_card, render_model_card, traces_section_body
+from rlkeep.hub.checks import (
+    PUBLIC_HUB, TRACES_HEADING, check_publication, check_publication_main, dataset_links, markdown_section,
+)
+from rlkeep.hub.client import (
+    DEFAULT_ENDPOINT, REPO_ID_RE, HubTarget, check_repo_id, disable_xet, download_fresh, ensure_repo, head_of,
+    history_problems, require_dir, resolve_target,
+)
+from rlkeep.hub.failures import HUB_FAILURES, HubRateLimited, describe_hub_error, hub_call_of, hub_step, status_of
+from rlkeep.hub.model import finding_text, publish_model, publish_model_card, verify_model_publication
+from rlkeep.hub.ratelimits import (
+    DEFAULT_RATE_LIMIT_WAIT, RATE_LIMIT_WAIT_ENV, RateLimitTransport, install_rate_limit_handling, rate_limit_bound,
+)
+from rlkeep.hub.steps import link_model_card_step, publish_model_step, publish_traces_step, stage_model_step
+from rlkeep.hub.traces import DATA_SHARD_RE, MANIFEST_NAME, TRAIN_SHARD_RE, replace_trace_shards, verify_trace_publication
+from rlkeep.hub.trees import (
+    ALLOWED_REMOTE_EXTRAS, CARD_NAME, CLIENT_BOOKKEEPING, UPLOAD_IGNORE_PATTERNS, FileDigest, compare_trees,
+    digest_files, downloaded_files, git_blob_sha1_file, is_published_path, remote_extras, staged_files, tree_bytes,
+    tree_differences,
+)
+
+__all__ = [
+    "ALLOWED_REMOTE_EXTRAS", "CARD_NAME", "CLIENT_BOOKKEEPING", "DATA_SHARD_RE", "DEFAULT_ENDPOINT",
+    "DEFAULT_RATE_LIMIT_WAIT", "HUB_FAILURES", "MANIFEST_NAME", "PUBLIC_HUB", "RATE_LIMIT_WAIT_ENV", "REPO_ID_RE",
+    "TRACES_HEADING", "TRACES_PENDING", "TRAIN_SHARD_RE", "UPLOAD_IGNORE_PATTERNS", "FileDigest", "HubRateLimited",
+    "HubTarget", "RateLimitTransport", "check_publication", "check_publication_main", "check_repo_id",
+    "compare_trees", "dataset_links", "describe_hub_error", "digest_files", "disable_xet", "download_fresh",
+    "downloaded_files", "ensure_repo", "finding_text", "git_blob_sha1_file", "head_of", "history_problems",
+    "hub_call_of", "hub_step", "install_rate_limit_handling", "is_published_path", "link_model_card_step",
+    "link_traces_in_card", "markdown_section", "publish_model", "publish_model_card", "publish_model_step",
+    "publish_traces_step", "rate_limit_bound", "remote_extras", "render_model_card", "replace_trace_shards",
+    "require_dir", "resolve_target", "stage_model_step", "staged_files", "status_of", "traces_section_body",
+    "tree_bytes", "tree_differences", "upload_archive_to_hub", "verify_model_publication",
+    "verify_trace_publication",
+]

@@ -1,0 +1,113 @@
+"""What a failed Hub call says: the protocol step a request belongs to, one line about the
+failure (no query strings: LFS upload URLs carry signatures), and `hub_step`, which turns a Hub
+or network failure into an RlkeepError naming the repo and the step, with the token scrubbed.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+import httpx2
+from huggingface_hub.errors import HfHubHTTPError
+
+from rlkeep.diskspace import is_no_space
+from rlkeep.errors import RlkeepError
+
+if TYPE_CHECKING:  # client.py imports this module: the target is only an annotation here
+    from rlkeep.hub.client import HubTarget
+
+HUB_FAILURES = (OSError, ValueError, RuntimeError, httpx2.HTTPError)
+
+
+class HubRateLimited(RlkeepError):
+    """The Hub kept answering 429 for longer than the bound allows."""
+
+
+def _innermost_http_error(error: BaseException) -> HfHubHTTPError | None:
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, HfHubHTTPError) and getattr(current, "response", None) is not None:
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def hub_call_of(method: str, path: str) -> str:
+    """The protocol step a request belongs to, named for an operator."""
+    steps = [("/preupload/", "preupload"), ("/info/lfs/objects/batch", "LFS batch"), ("/verify", "LFS verify"),
+             ("/complete", "LFS multipart completion"), ("/commit/", "commit"), ("/validate-yaml", "README validation"),
+             ("/resolve/", "file download"), ("/tree/", "tree listing"), ("/paths-info/", "paths info"),
+             ("/repos/create", "repo creation"), ("/xet-", "Xet token (Xet must be disabled)")]
+    for marker, name in steps:
+        if marker in path:
+            return name
+    if method == "PUT":
+        return "LFS upload"
+    if path.startswith("/api/"):
+        return "repo info"
+    return "request"
+
+
+def describe_hub_error(error: BaseException) -> str:
+    """One line about what failed, without query strings (LFS upload URLs carry signatures)."""
+    http_error = _innermost_http_error(error)
+    if http_error is None:
+        return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}".rstrip(": ")
+    response = http_error.response
+    request = response.request
+    path = request.url.path
+    server = response.headers.get("X-Error-Message") or http_error.server_message or ""
+    detail = f"HTTP {response.status_code} on {request.method} {path} ({hub_call_of(request.method, path)})"
+    return f"{detail}: {server.strip()}" if server.strip() else detail
+
+
+@contextmanager
+def hub_step(target: HubTarget, repo_type: str, repo_id: str, step: str, note: str = "") -> Iterator[None]:
+    """Turn a Hub or network failure into an RlkeepError naming the repo and the step."""
+    try:
+        yield
+    except HubRateLimited as error:
+        raise RlkeepError(target.scrub(f"Hub {step} failed for {repo_type} repo {repo_id} at {target.endpoint}: "
+                                       f"{error}")) from None
+    except RlkeepError:
+        raise
+    except HUB_FAILURES as error:
+        limited = _rate_limited_cause(error)
+        if limited is not None:  # raised inside the client's worker threads, wrapped there
+            raise RlkeepError(target.scrub(f"Hub {step} failed for {repo_type} repo {repo_id} at {target.endpoint}: "
+                                           f"{limited}")) from None
+        full = _local_disk_full(error)
+        if full is not None:
+            raise full from None  # our disk, not the Hub: the step says which path is full (steps.run_step)
+        message = f"Hub {step} failed for {repo_type} repo {repo_id} at {target.endpoint}: {describe_hub_error(error)}"
+        if note:
+            message += f". {note}"
+        raise RlkeepError(target.scrub(message)) from None
+
+
+def _rate_limited_cause(error: BaseException | None) -> HubRateLimited | None:
+    seen = 0
+    while error is not None and seen < 16:
+        if isinstance(error, HubRateLimited):
+            return error
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return None
+
+
+def _local_disk_full(error: BaseException | None) -> OSError | None:
+    """The ENOSPC/EDQUOT error in an exception chain (a download ran out of local space), if any."""
+
+    seen = 0
+    while error is not None and seen < 16:
+        if is_no_space(error):
+            return error  # type: ignore[return-value]
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return None
+
+
+def status_of(error: BaseException) -> int | None:
+    http_error = _innermost_http_error(error)
+    return http_error.response.status_code if http_error is not None else None
