@@ -100,4 +100,3 @@ def stop_each(pending: list[dict[str, Any]], stop: Callable[[str], str], ended: 
 def checked_states(chain: dict[str, Any]) -> list[dict[str, Any]]:
     """retries.json's `checked`: each attempt's id and state as chain.json had them."""
     return [{"id": attempt["id"], "state": attempt["state"]} for attempt in chain["attempts"]]
-

@@ -197,5 +197,3 @@ class IrisScheduler(Scheduler):
 
     def log_cli(self) -> IrisCli | None:
         return self.iris
-
-

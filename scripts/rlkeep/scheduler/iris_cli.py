@@ -149,4 +149,3 @@ class IrisCli:
             return LogFetch(text, None, f"this CLI fetches one end of a log only (no head/tail pair, no paging): "
                                         f"{lines:,} lines returned, which does not prove the log is complete", shown)
         return LogFetch(None, False, f"the installed iris CLI offers no {forms.missing.get('logs', '`job logs`')}", None)
-

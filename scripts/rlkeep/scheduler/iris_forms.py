@@ -157,4 +157,3 @@ def choose_forms(commands: dict[str, str], options: dict[str, dict[str, str]]) -
     else:
         missing["logs"] = "`job logs --max-lines` (a bounded log fetch)"
     return IrisForms(tuple(sorted(commands)), status, source, stop, head, tail, one_end, listing, missing)
-

@@ -153,4 +153,3 @@ def gone_entry(job_id: str, reason: str) -> dict[str, Any]:
             "times_reason": TIMES_REASON, "task_count": None, "completed_count": None, "summary_format": "none",
             "queued_retry": False, "reason": reason,
             "exit_code_reason": "the controller no longer knows the job (deleted after its retention period)"}
-

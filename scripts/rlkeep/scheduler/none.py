@@ -24,4 +24,3 @@ class NoScheduler(Scheduler):
 
     def stop_retries(self, chain: dict[str, Any]) -> dict[str, Any]:
         return not_applicable("scheduler none: nothing to cancel", stopped=[])
-

@@ -216,4 +216,3 @@ class SlurmScheduler(Scheduler):
 
     def stdout_paths(self, attempts: list[dict[str, Any]]) -> dict[str, str]:
         return {a["slug"]: a["stdout"] for a in attempts if a.get("stdout")}
-

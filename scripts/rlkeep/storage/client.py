@@ -88,4 +88,3 @@ def requester_identity(client: object, store_message: str) -> str:
     if store_message and "Signature" not in store_message:
         parts.append(f"the store says: {store_message[:300]}")
     return "; ".join(parts)
-

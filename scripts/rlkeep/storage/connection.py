@@ -171,4 +171,3 @@ def connection_for(scheme: str, host: str) -> Connection:
     if connection is None:
         connection = connections[(scheme, host)] = Connection(scheme, host)
     return connection
-

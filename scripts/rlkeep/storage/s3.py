@@ -220,4 +220,3 @@ class S3Store:
                 flush()
         flush()
         return deleted
-

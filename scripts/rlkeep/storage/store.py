@@ -44,4 +44,3 @@ def bucket_location(url: str) -> tuple[str | None, str]:
     if not isinstance(region, str) or not region.strip():
         return None, f"GetBucketLocation of bucket {store.bucket} answered empty"
     return region.strip(), f"GetBucketLocation of bucket {store.bucket}"
-
