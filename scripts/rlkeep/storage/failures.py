@@ -136,6 +136,9 @@ def slowdown_retry(response: object = None, attempts: int = 0, request_dict: dic
     return pause
 
 
+# --------------------------------------------------------------------------- classification
+
+
 def is_retryable(error: Exception) -> bool:
     """A failure another attempt may cure: 5xx, throttling, timeouts, broken connections."""
     from botocore.exceptions import (
