@@ -130,3 +130,49 @@ def test_warm_up_min_step_is_optional_never_defaulted_and_checked(tmp_path: Path
     with pytest.raises(RecordError, match=r"rl-qwen3-swe-v3.yaml: field 'checkpoint.rule.step' is 20, before the "
                                           r"declared warm-up checkpoint.rule.min_step 40"):
         load_record(write(tmp_path, data))
+
+
+SLURM_RECORD = {**{k: GOOD[k] for k in ("job", "user", "store", "checkpoint")}, "scheduler": "slurm",
+                "chain": ["4815101", "4815170_3"]}
+CHAIN_ID_CASES = [
+    ("slurm record with an Iris id", {**SLURM_RECORD, "chain": ["4815101", "/benjaminfeuer/rl-qwen3-swe-v3"]},
+     "field 'chain[1]' is '/benjaminfeuer/rl-qwen3-swe-v3'", "expected a SLURM job id like 12345"),
+    ("none record with a SLURM id", {**mutate("scheduler", "none"), "chain": ["4815101"]},
+     "field 'chain[0]' is '4815101'", "expected an Iris job id like /benjaminfeuer/<job> (scheduler is none)"),
+    ("iris record with a SLURM id", mutate("chain", ["/benjaminfeuer/rl-qwen3-swe-v3", "4815101"]),
+     "field 'chain[1]' is '4815101'", "expected an Iris job id like /benjaminfeuer/<job> (scheduler is iris)"),
+    ("none record outside the user", {**mutate("scheduler", "none"), "chain": ["/someoneelse/rl-qwen3-swe-v3"]},
+     "field 'chain[0]' is '/someoneelse/rl-qwen3-swe-v3'", "in the user's namespace, starting with /benjaminfeuer/"),
+]
+
+
+@pytest.mark.parametrize("label,data,field_text,expected_text", CHAIN_ID_CASES, ids=[c[0] for c in CHAIN_ID_CASES])
+def test_a_chain_id_of_the_wrong_shape_names_the_file_the_field_and_the_schedulers_shape(
+        tmp_path: Path, label: str, data: dict, field_text: str, expected_text: str) -> None:
+    path = write(tmp_path, data)
+    with pytest.raises(RecordError) as caught:
+        load_record(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: {field_text}; expected"), message
+    assert expected_text in message
+
+
+def test_each_scheduler_judges_its_own_job_ids() -> None:
+    """The record asks the scheduler (Scheduler.expected_job_id), never compares its name."""
+    from rlkeep.scheduler import SCHEDULERS
+
+    own = {"iris": "/demo/rl-r1", "none": "/demo/rl-r1", "slurm": "4815170_3"}
+    foreign = {"iris": "4815170_3", "none": "rl-r1", "slurm": "/demo/rl-r1"}
+    assert set(SCHEDULERS) == set(own)
+    for name, scheduler in SCHEDULERS.items():
+        assert scheduler.expected_job_id(own[name], "demo") is None, name
+        expected = scheduler.expected_job_id(foreign[name], "demo")
+        assert expected is not None and expected.startswith("expected ") and f"scheduler is {name}" in expected
+    assert SCHEDULERS["iris"].expected_job_id("/other/rl", "demo") == (
+        "expected an Iris job id in the user's namespace, starting with /demo/")
+
+
+def test_only_a_scheduler_that_needs_a_cluster_asks_for_one(tmp_path: Path) -> None:
+    assert load_record(write(tmp_path, SLURM_RECORD)).cluster is None
+    none_record = {k: v for k, v in mutate("scheduler", "none").items() if k != "cluster"}
+    assert load_record(write(tmp_path, none_record)).scheduler == "none"

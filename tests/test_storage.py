@@ -143,14 +143,15 @@ def _write(path: Path, data: bytes) -> Path:
 def test_object_reads_are_signed_by_the_proven_signer_for_any_key(bucket: str) -> None:
     """The fast GET path is in use (botocore's probe URL was reproduced) and signs keys that need
     percent-encoding the way the server checks them."""
-    from rlkeep.storage import _signer, s3_client
+    from rlkeep.storage import s3_client
+    from rlkeep.storage.signer import query_signer
 
     store = open_store(f"s3://{bucket}/odd keys")
     contents = {key: os.urandom(50 + i) for i, key in enumerate(
         ["plain.json", "with space/a b.txt", "ünïcødé/ß.log", "sym+bols=&;,@$!'()*/x~y.txt", "percent%20literal/%2F.bin"])}
     for key, data in contents.items():
         store.put_bytes(key, data)
-    assert _signer(s3_client(), bucket) is not None
+    assert query_signer(s3_client(), bucket) is not None
     assert {key: store.read_bytes(key) for key in contents} == contents
     fetched = list(fetch_in_order(store, list(store.list()), workers=2))
     assert {f.info.key: f.read() for f in fetched} == contents

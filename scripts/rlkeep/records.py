@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
 import yaml
@@ -21,9 +20,10 @@ import yaml
 from rlkeep.errors import RecordError
 from rlkeep.kinds import DEFAULT_KIND, KIND_SECTIONS, KINDS, KindSpec, spec_for
 
+if TYPE_CHECKING:
+    from rlkeep.scheduler import Scheduler
+
 DEFAULT_LAYOUT = {"logs": "logs", "traces": "trace_jobs", "ckpts": "ckpts", "exports": "exports"}
-IRIS_JOB_ID = re.compile(r"^(/[A-Za-z0-9][A-Za-z0-9._-]*){2,}$")
-SLURM_JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
 
 _EXPECTED_BY_FIELD = {
     "job": "a name matching ^[A-Za-z0-9][A-Za-z0-9._-]*$ equal to the file stem",
@@ -171,9 +171,11 @@ def validate_record_data(data: Any, path: Path) -> JobRecord:
             f"{path}: field 'job' is {data['job']!r} but the file is named {path.name}; "
             f"expected job: {expected_stem}"
         )
-    if data["scheduler"] == "iris" and not data.get("cluster"):
-        raise RecordError(f"{path}: field 'cluster' is missing; expected an Iris cluster name when scheduler is iris")
-    _check_chain(data, path)
+    scheduler = _scheduler_class(data["scheduler"])
+    if scheduler.requires_cluster and not data.get("cluster"):
+        raise RecordError(f"{path}: field 'cluster' is missing; expected an Iris cluster name when scheduler is "
+                          f"{scheduler.name}")
+    _check_chain(data, scheduler, path)
     spec = spec_for(data.get("kind"))
     _check_kind_sections(data, spec, path)
 
@@ -222,24 +224,21 @@ def validate_record_data(data: Any, path: Path) -> JobRecord:
     )
 
 
-def _check_chain(data: dict[str, Any], path: Path) -> None:
-    """Job ids in the shape of the record's scheduler; Iris ids in the user's namespace; no repeats."""
-    scheduler = data["scheduler"]
-    user_prefix = f"/{data['user']}/"
+def _scheduler_class(name: str) -> type[Scheduler]:
+    """The Scheduler class a record names (the schema allowed the name)."""
+    # rlkeep.scheduler imports this module (JobRecord, load_record); importing it on first use
+    # instead of at the top breaks that cycle
+    from rlkeep.scheduler.named import SCHEDULERS
+
+    return SCHEDULERS[name]
+
+
+def _check_chain(data: dict[str, Any], scheduler: type[Scheduler], path: Path) -> None:
+    """Job ids in the shape the record's scheduler expects (Scheduler.expected_job_id); no repeats."""
     for index, job_id in enumerate(data["chain"]):
-        if scheduler == "slurm":
-            if not SLURM_JOB_ID.fullmatch(job_id):
-                raise RecordError(f"{path}: field 'chain[{index}]' is {job_id!r}; expected a SLURM job id like 12345 "
-                                  f"or an array task like 12345_7 (scheduler is slurm)")
-            continue
-        if not IRIS_JOB_ID.fullmatch(job_id):
-            raise RecordError(f"{path}: field 'chain[{index}]' is {job_id!r}; expected an Iris job id like "
-                              f"{user_prefix}<job> (scheduler is {scheduler})")
-        if not job_id.startswith(user_prefix):
-            raise RecordError(
-                f"{path}: field 'chain[{index}]' is {job_id!r}; expected an Iris job id in the "
-                f"user's namespace, starting with {user_prefix}"
-            )
+        expected = scheduler.expected_job_id(job_id, data["user"])
+        if expected is not None:
+            raise RecordError(f"{path}: field 'chain[{index}]' is {job_id!r}; {expected}")
     slugs = [attempt_slug(job_id) for job_id in data["chain"]]
     if len(set(slugs)) != len(slugs):
         raise RecordError(f"{path}: field 'chain' names two attempts with the same last component; expected distinct attempts")

@@ -124,8 +124,7 @@ def module_files(name: str) -> list[Path]:
 
 
 def test_the_scheduler_and_the_store_use_argument_lists() -> None:
-    scheduler = ast.parse((PACKAGE / "scheduler.py").read_text())
-    calls = process_calls(scheduler)
+    calls = [call for path in module_files("scheduler") for call in process_calls(ast.parse(path.read_text()))]
     assert calls, "rlkeep.scheduler starts no process? (the iris CLI is called through subprocess)"
     for call, function in calls:
         command = call.args[0]
@@ -133,7 +132,8 @@ def test_the_scheduler_and_the_store_use_argument_lists() -> None:
             isinstance(command, ast.Name) and list_bound(function, command.id)), ast.unparse(call)
         assert not any(k.arg == "shell" for k in call.keywords), ast.unparse(call)
     # The iris command line is a list: the binary, the cluster option, then each argument as it is.
-    run = next(f for f in ast.walk(scheduler) if isinstance(f, ast.FunctionDef) and f.name == "_run")
+    iris_cli = ast.parse((PACKAGE / "scheduler" / "iris_cli.py").read_text())
+    run = next(f for f in ast.walk(iris_cli) if isinstance(f, ast.FunctionDef) and f.name == "_run")
     assigned = next(n for n in ast.walk(run) if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "command")
     assert isinstance(assigned.value, ast.List) and any(isinstance(e, ast.Starred) for e in assigned.value.elts)
     # The store never shells out (boto3 and urllib3 only).

@@ -24,7 +24,7 @@ from tests.reliability.support import JOB, wait_for
 from tests.support.faultproxy import FaultProxy
 
 REPO = Path(__file__).resolve().parents[2]
-PART = 5 << 20  # the smallest part S3 takes; the tests lower rlkeep.storage.MULTIPART_BYTES to it
+PART = 5 << 20  # the smallest part S3 takes; the tests lower rlkeep.storage.multipart.MULTIPART_BYTES to it
 
 
 def archive_files(root: Path, tgz_bytes: int = 64 << 10) -> tuple[Path, Path]:
@@ -111,7 +111,7 @@ def gaps_after_slowdowns(proxy: FaultProxy) -> list[float]:
 
 
 def test_slowdown_bursts_are_waited_out_as_the_store_asks(tmp_path: Path, bucket: str, s3_server, monkeypatch) -> None:
-    """Guard: rlkeep.storage._slowdown_retry (first needs-retry handler of the boto3 client) and the
+    """Guard: rlkeep.storage.failures.slowdown_retry (first needs-retry handler of the boto3 client) and the
     SlowDown branch of S3Store.read_into. Without them botocore gives up after its 5 attempts (a burst
     of 7 fails the upload) and neither path waits the second Retry-After asks."""
     monkeypatch.setenv("RLKEEP_STORE_SLOWDOWN_WAIT", "60")
@@ -134,7 +134,7 @@ def test_slowdown_bursts_are_waited_out_as_the_store_asks(tmp_path: Path, bucket
 
 def test_slowdown_past_the_bound_stops_with_a_clear_message(tmp_path: Path, bucket: str, s3_server,
                                                            monkeypatch) -> None:
-    """Guard: the bound in rlkeep.storage.throttle_pause (RLKEEP_STORE_SLOWDOWN_WAIT). Without it the
+    """Guard: the bound in rlkeep.storage.failures.throttle_pause (RLKEEP_STORE_SLOWDOWN_WAIT). Without it the
     upload waits for as long as the store keeps answering SlowDown."""
     monkeypatch.setenv("RLKEEP_STORE_SLOWDOWN_WAIT", "3")
     tgz, manifest = archive_files(tmp_path)
@@ -179,8 +179,8 @@ def test_a_multipart_upload_killed_between_parts_leaves_no_orphaned_parts(tmp_pa
     # Someone else's uploads in progress: another run's key, and a key that only starts like ours.
     others = {client.create_multipart_upload(Bucket=bucket, Key=k)["UploadId"]: k
               for k in (f"archives/other-run/other-run_archive.tgz", f"{key}.bak")}
-    script = ("import sys; from pathlib import Path; import rlkeep.storage as storage; "
-              f"storage.MULTIPART_BYTES = {PART}; from rlkeep.archive import upload_archive; "
+    script = ("import sys; from pathlib import Path; import rlkeep.storage.multipart as multipart; "
+              f"multipart.MULTIPART_BYTES = {PART}; from rlkeep.archive import upload_archive; "
               "upload_archive(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4])")
     with FaultProxy(s3_server.endpoint, stall_seconds=120) as proxy:
         proxy.fail_next("stall", 1, method="PUT", query_contains="partNumber=2")
@@ -200,7 +200,7 @@ def test_a_multipart_upload_killed_between_parts_leaves_no_orphaned_parts(tmp_pa
     assert len(orphaned) == 1  # the kill left an upload with parts 1 and 3 and no object
     assert f"{JOB}/{tgz.name}" not in {info.key for info in open_store(dest).list()}  # and no archive object
 
-    monkeypatch.setattr("rlkeep.storage.MULTIPART_BYTES", PART)
+    monkeypatch.setattr("rlkeep.storage.multipart.MULTIPART_BYTES", PART)
     result = upload_archive(tgz, manifest, dest, JOB)  # the rerun
     assert_verified(result, tgz, manifest)
     left = bucket_uploads(bucket)
@@ -218,7 +218,7 @@ def test_a_multipart_upload_killed_between_parts_leaves_no_orphaned_parts(tmp_pa
 @pytest.mark.parametrize(("offset", "words"), [(3 * 3600, "3 h 0 min behind"), (-2 * 3600 - 30 * 60, "2 h 30 min ahead of")])
 def test_a_store_clock_hours_off_is_reported_as_a_clock_problem(tmp_path: Path, bucket: str, s3_server, monkeypatch,
                                                                 offset: int, words: str) -> None:
-    """Guard: rlkeep.storage.clock_problem, applied in S3Store._call (API calls) and S3Store.read_into
+    """Guard: rlkeep.storage.failures.clock_problem, applied in S3Store.call (API calls) and S3Store.read_into
     (presigned reads). Without it the message is the store's "RequestTimeTooSkewed" (or "Request has
     expired") with no word of the clock or the offset."""
     store_url = f"s3://{bucket}/iris"

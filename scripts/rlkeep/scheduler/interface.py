@@ -1,0 +1,102 @@
+"""The one interface the pipeline asks of a record's scheduler (`scheduler:`), and what every
+scheduler shares: the exact-stop loop `stop_each`, the refusal while an attempt still runs,
+the command timeout and numbers read from the environment.
+
+A scheduler says what its chain's job ids look like (`expected_job_id`, used by rlkeep.records
+when a record is loaded) and whether a record must name its cluster; it captures chain.json's
+attempts, stops pending retries for retries.json, and says where an attempt's trainer log can be
+read (rlkeep.sync).
+"""
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rlkeep.errors import SchedulerError
+from rlkeep.records import JobRecord
+from rlkeep.steps import StepContext
+
+if TYPE_CHECKING:  # rlkeep.scheduler.iris_cli imports this module
+    from rlkeep.scheduler.iris_cli import IrisCli
+
+COMMAND_TIMEOUT_S = 600
+
+
+class Scheduler(ABC):
+    """What the pipeline asks of the scheduler that ran a record's chain (`scheduler:` in the
+    record): the attempts' states for chain.json, the exact stop of pending retries for
+    retries.json, and where an attempt's trainer log can be read (rlkeep.sync)."""
+
+    name: ClassVar[str]
+    terminal_states: ClassVar[frozenset[str] | None] = None  # None: this scheduler reports no states
+    requires_cluster: ClassVar[bool] = False  # a record naming this scheduler must name its `cluster:`
+
+    def __init__(self, record: JobRecord) -> None:
+        self.record = record
+
+    @classmethod
+    @abstractmethod
+    def expected_job_id(cls, job_id: str, user: str) -> str | None:
+        """None when job_id has the shape of this scheduler's job ids (for the record's user);
+        else what was expected, in the words of a record error (`expected ...`)."""
+
+    @abstractmethod
+    def capture(self, ctx: StepContext) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """(every attempt's chain.json entry in record order, the scheduler's own chain.json fields)."""
+
+    @abstractmethod
+    def stop_retries(self, chain: dict[str, Any]) -> dict[str, Any]:
+        """retries.json: the chain's pending retries stopped by exact id, nothing else."""
+
+    def all_terminal(self, attempts: list[dict[str, Any]]) -> bool | None:
+        """Whether every attempt has ended; None where this scheduler reports no states."""
+        if self.terminal_states is None:
+            return None
+        return all(attempt["state"] in self.terminal_states for attempt in attempts)
+
+    def log_cli(self) -> IrisCli | None:
+        """A command line that prints an attempt's log with proof of completeness, if there is one."""
+        return None
+
+    def stdout_paths(self, attempts: list[dict[str, Any]]) -> dict[str, str]:
+        """{attempt slug: the path its scheduler wrote its stdout to}, where the scheduler says one."""
+        return {}
+
+
+def env_number(name: str, default: float) -> float:
+    """A number from the environment variable `name`, or default when it is unset or empty."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise SchedulerError(f"environment {name}={raw!r}: expected a number") from None
+
+
+def refuse_running(running: list[str], what: str) -> None:
+    """Nothing is stopped while an attempt still runs: the run has not ended."""
+    if running:
+        raise SchedulerError(
+            f"{what} {running[0]} is still running; rlkeep preserves finished runs: wait for it to end or stop it yourself"
+        )
+
+
+def stop_each(pending: list[dict[str, Any]], stop: Callable[[str], str], ended: Callable[[str], dict[str, Any]],
+              extra: Callable[[dict[str, Any]], dict[str, Any]] = lambda entry: {}) -> list[dict[str, Any]]:
+    """The one stop loop: stop each pending chain entry by its exact id, then confirm it ended
+    (`ended` raises when it did not); the retries.json entry of each."""
+    stopped = []
+    for entry in pending:
+        output = stop(entry["id"])
+        after = ended(entry["id"])
+        stopped.append({"id": entry["id"], "state_before": entry["state"], "state_after": after["state"],
+                        "stop_output": output.strip(), **extra(entry)})
+    return stopped
+
+
+def checked_states(chain: dict[str, Any]) -> list[dict[str, Any]]:
+    """retries.json's `checked`: each attempt's id and state as chain.json had them."""
+    return [{"id": attempt["id"], "state": attempt["state"]} for attempt in chain["attempts"]]

@@ -1,0 +1,26 @@
+"""`scheduler: none`: no scheduler to ask. The chain's attempts are recorded with unknown states,
+nothing is ever stopped, and the trainer logs come from the store (rlkeep.sync)."""
+from __future__ import annotations
+
+from typing import Any
+
+from rlkeep.scheduler.interface import Scheduler
+from rlkeep.scheduler.job_ids import expected_iris_job_id
+from rlkeep.steps import StepContext, not_applicable
+
+
+class NoScheduler(Scheduler):
+    """`scheduler: none`: no scheduler to ask; the logs come from the store."""
+
+    name = "none"
+
+    @classmethod
+    def expected_job_id(cls, job_id: str, user: str) -> str | None:
+        return expected_iris_job_id(job_id, user, cls.name)  # the chain keeps Iris-shaped ids
+
+    def capture(self, ctx: StepContext) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        return [{"slug": job_id.rsplit("/", 1)[-1], "id": job_id, "state": "unknown", "summary_format": "none"}
+                for job_id in self.record.chain], {}
+
+    def stop_retries(self, chain: dict[str, Any]) -> dict[str, Any]:
+        return not_applicable("scheduler none: nothing to cancel", stopped=[])

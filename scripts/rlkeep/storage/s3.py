@@ -1,0 +1,222 @@
+"""The `s3://bucket/prefix` store over boto3: listing, reads (presigned GETs on this thread's
+keep-alive connection, or get_object), small writes and deletes; large uploads go through
+rlkeep.storage.multipart. Every failure is classified by rlkeep.storage.failures."""
+from __future__ import annotations
+
+import errno
+import io
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import IO
+from urllib.parse import urlsplit
+
+from rlkeep.errors import StoreError
+from rlkeep.storage import multipart
+from rlkeep.storage.client import API_ATTEMPTS, requester_identity, s3_client
+from rlkeep.storage.connection import connection_for
+from rlkeep.storage.failures import (HttpStatusError, StoreThrottled, cause_of, clock_problem_of, denied_by_store,
+                                     describe_error, is_missing, is_retryable, is_throttle, retry_after_seconds,
+                                     throttle_pause)
+from rlkeep.storage.objects import CHUNK, ObjectChanged, ObjectDenied, ObjectInfo, ObjectMissing, check_key, hash_stream
+from rlkeep.storage.signer import query_signer
+
+log = logging.getLogger(__name__)
+
+READ_ATTEMPTS = 4  # whole-object re-reads when a body breaks mid-stream
+
+
+class S3Store:
+    """The objects under s3://bucket/prefix; keys are relative to the prefix."""
+
+    def __init__(self, url: str, bucket: str, prefix: str) -> None:
+        self.url = url.rstrip("/")
+        self.bucket = bucket
+        self.prefix = prefix
+
+    def full_key(self, key: str) -> str:
+        """The key in the bucket: the checked relative key under the prefix."""
+        check_key(key, where=self.url)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def call(self, what: str, action: Callable[[], object]) -> object:
+        """One API call; botocore already retried throttling, 5xx and connection errors."""
+        try:
+            return action()
+        except Exception as error:  # noqa: BLE001 - classified below
+            if is_missing(error):
+                raise ObjectMissing(f"{what}: no such object") from None
+            clock = clock_problem_of(error)
+            if clock is not None:
+                raise StoreError(f"{what}: {clock}") from None
+            throttled = cause_of(error, StoreThrottled)
+            if throttled is not None:
+                raise StoreThrottled(f"{what}: {throttled}") from None
+            attempts = API_ATTEMPTS if is_retryable(error) else 1
+            raise StoreError(f"{what}: failed after {attempts} attempts: {describe_error(error)}") from None
+
+    def list(self, prefix: str = "", *, page_size: int = 1000) -> Iterator[ObjectInfo]:
+        full_prefix = "/".join(p for p in (self.prefix, prefix.strip("/")) if p)
+        if full_prefix:
+            full_prefix += "/"
+        root_len = len(self.prefix) + 1 if self.prefix else 0
+        token: str | None = None
+        while True:
+            kwargs = {"Bucket": self.bucket, "Prefix": full_prefix, "MaxKeys": page_size}
+            if token:
+                kwargs["ContinuationToken"] = token
+            page = self.call(
+                f"{self.url}: listing {prefix or '/'}",
+                lambda: s3_client().list_objects_v2(**kwargs),
+            )
+            for entry in page.get("Contents", []):  # type: ignore[union-attr]
+                key = entry["Key"][root_len:]
+                if key.endswith("/") and entry["Size"] == 0:
+                    continue  # a "folder" marker some tools create
+                check_key(key, where=f"{self.url} listing")
+                yield ObjectInfo(
+                    key=key,
+                    size=int(entry["Size"]),
+                    etag=entry.get("ETag", "").strip('"') or None,
+                    last_modified=entry["LastModified"].isoformat() if entry.get("LastModified") else None,
+                )
+            if not page.get("IsTruncated"):  # type: ignore[union-attr]
+                return
+            token = page["NextContinuationToken"]  # type: ignore[index]
+
+    def read_into(self, key: str, sink: IO[bytes]) -> tuple[int, str]:
+        """Stream one object into sink; a broken body restarts from the beginning.
+
+        The sink must be rewindable (seek/truncate) for a retry to be clean: callers pass a
+        BytesIO or a temp file, never a half-written tar.
+        """
+        full = self.full_key(key)
+        what = f"{self.url}/{key}"
+        attempt, throttles, throttled_wait = 0, 0, 0.0
+        while attempt < READ_ATTEMPTS:
+            start = sink.tell()
+            try:
+                size, expected, digest = self._get(full, sink)
+                if expected >= 0 and size != expected:
+                    raise StoreError(f"{what}: body ended after {size} of {expected} bytes")
+                return size, digest
+            except ObjectMissing:
+                raise ObjectMissing(f"{what}: listed but no longer exists") from None
+            except ObjectChanged:
+                sink.seek(start)
+                sink.truncate()
+                raise
+            except Exception as error:  # noqa: BLE001
+                sink.seek(start)
+                sink.truncate()
+                if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise  # the local disk is full: no retry helps; the step names the full path
+                if is_missing(error):
+                    raise ObjectMissing(f"{what}: listed but no longer exists") from None
+                clock = clock_problem_of(error)
+                if clock is not None:
+                    raise StoreError(f"{what}: {clock}") from None
+                if isinstance(error, HttpStatusError) and is_throttle(error.status, error.code):
+                    # SlowDown: not a failed attempt; wait as the store asks, within the bound
+                    throttles += 1
+                    pause = throttle_pause(waited=throttled_wait, attempt=throttles, what=f"{what}: read",
+                                           retry_after=retry_after_seconds(error.headers.get("Retry-After")))
+                    throttled_wait += pause
+                    time.sleep(pause)
+                    continue
+                denied = denied_by_store(error)
+                if denied is not None:
+                    raise ObjectDenied(what, denied[0], requester_identity(s3_client(), denied[1])) from None
+                transient = isinstance(error, StoreError) or is_retryable(error)
+                if not transient or attempt == READ_ATTEMPTS - 1:
+                    raise StoreError(f"{what}: read failed after {attempt + 1} attempts: {describe_error(error)}") from None
+                time.sleep(min(8.0, 0.2 * 2**attempt))
+                attempt += 1
+        raise AssertionError("unreachable")
+
+    def _get(self, full_key: str, sink: IO[bytes]) -> tuple[int, int, str]:
+        """GET one object into sink: (bytes read, Content-Length, sha256).
+
+        The default path presigns the request (the signature in the query, as botocore would
+        presign it: rlkeep.storage.signer) and sends it on this thread's keep-alive connection
+        (rlkeep.storage.connection): a fraction of get_object's client CPU, which dominates when syncing many
+        small objects. RLKEEP_S3_PRESIGNED_GET=0 falls back to get_object (e.g. behind a proxy).
+        """
+        if os.environ.get("RLKEEP_S3_PRESIGNED_GET", "1") == "0":
+            response = s3_client().get_object(Bucket=self.bucket, Key=full_key)
+            try:
+                size, digest = hash_stream(response["Body"].iter_chunks(CHUNK), sink)
+            except BaseException:
+                response["Body"].close()  # an unread body must not return to the pool
+                raise
+            return size, int(response.get("ContentLength", -1)), digest
+        client = s3_client()
+        signer = query_signer(client, self.bucket)
+        if signer is not None:
+            return connection_for(signer.scheme, signer.host).get(signer.target(full_key), sink)
+        parts = urlsplit(client.generate_presigned_url("get_object", Params={"Bucket": self.bucket, "Key": full_key},
+                                                       ExpiresIn=900))
+        return connection_for(parts.scheme, parts.netloc).get(f"{parts.path}?{parts.query}", sink)
+
+    def read_bytes(self, key: str) -> bytes:
+        buffer = io.BytesIO()
+        self.read_into(key, buffer)
+        return buffer.getvalue()
+
+    def exists(self, key: str) -> bool:
+        try:
+            self.call(f"{self.url}/{key}", lambda: s3_client().head_object(Bucket=self.bucket, Key=self.full_key(key)))
+            return True
+        except ObjectMissing:
+            return False
+
+    def head(self, key: str) -> ObjectInfo:
+        response = self.call(f"{self.url}/{key}", lambda: s3_client().head_object(Bucket=self.bucket, Key=self.full_key(key)))
+        return ObjectInfo(key=key, size=int(response["ContentLength"]), etag=response.get("ETag", "").strip('"'))  # type: ignore[index]
+
+    def put_file(self, key: str, path: Path) -> ObjectInfo:
+        """Upload one file (in parts above multipart.MULTIPART_BYTES)."""
+        return multipart.put_file(self, key, path)
+
+    def unfinished_uploads(self, key: str) -> list[str]:
+        """Upload ids of multipart uploads in progress for exactly this key (no other key's)."""
+        return multipart.unfinished_uploads(self, key)
+
+    def abort_unfinished_uploads(self, key: str) -> int:
+        """Abort this key's multipart uploads in progress; best effort (rlkeep.storage.multipart)."""
+        return multipart.abort_unfinished_uploads(self, key)
+
+    def put_bytes(self, key: str, data: bytes) -> ObjectInfo:
+        self.call(
+            f"{self.url}/{key}: upload",
+            lambda: s3_client().put_object(Bucket=self.bucket, Key=self.full_key(key), Body=data),
+        )
+        return ObjectInfo(key=key, size=len(data))
+
+    def delete(self, keys: Iterable[str]) -> list[str]:
+        deleted: list[str] = []
+        batch: list[str] = []
+
+        def flush() -> None:
+            if not batch:
+                return
+            objects = [{"Key": self.full_key(key)} for key in batch]
+            response = self.call(
+                f"{self.url}: delete {len(batch)} objects",
+                lambda: s3_client().delete_objects(Bucket=self.bucket, Delete={"Objects": objects, "Quiet": False}),
+            )
+            errors = response.get("Errors", [])  # type: ignore[union-attr]
+            if errors:
+                first = errors[0]
+                raise StoreError(f"{self.url}: delete refused for {len(errors)} objects, e.g. {first.get('Key')}: {first.get('Code')}")
+            deleted.extend(batch)
+            batch.clear()
+
+        for key in keys:
+            batch.append(key)
+            if len(batch) == 1000:
+                flush()
+        flush()
+        return deleted
