@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rlkeep.traces import SHAREGPT_COLUMN, column_names
-from tests.test_traces_harbor import agent, export, user, write_trial
+from tests.support.trace_trials import agent, export, user, write_trial
 
 datasets = pytest.importorskip("datasets", reason="`datasets` is in the test extra (pip install -e '.[test]')")
 

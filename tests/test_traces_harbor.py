@@ -14,72 +14,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from rlkeep.redaction import Redactor
-from rlkeep.traces import COLUMNS, MANIFEST_NAME, SHAREGPT_COLUMN, CardInfo, build_trace_dataset, cli_main
-
-MODEL = "hosted_vllm/Qwen3-8B"
-STARTED = "2026-03-30T17:04:11.000000Z"
-
-
-def write_trial(root: Path, name: str, steps: list[dict], *, reward: float | None = 1.0,
-                exception: str | None = None, agent: dict | None = None, continuations: list[list[dict]] = (),
-                extra_files: dict[str, object] | None = None, stdout: str | None = "3 passed",
-                stderr: str | None = None) -> None:
-    trial = root / name
-    (trial / "agent").mkdir(parents=True)
-    block = agent or {"name": "terminus-2", "version": "2.0.0", "model_name": MODEL}
-    docs = [steps, *continuations]
-    for index, doc_steps in enumerate(docs):
-        doc = {"schema_version": "ATIF-v1.6", "agent": block, "steps": doc_steps}
-        if index + 1 < len(docs):
-            doc["continued_trajectory_ref"] = f"trajectory.cont-{index + 1}.json"
-        rel = "trajectory.json" if index == 0 else f"trajectory.cont-{index}.json"
-        (trial / "agent" / rel).write_text(json.dumps(doc, indent=2))
-    for rel, body in (extra_files or {}).items():
-        (trial / rel).parent.mkdir(parents=True, exist_ok=True)
-        (trial / rel).write_text(json.dumps(body, indent=2))
-    result = {
-        "id": "0", "task_name": "codecontests-1234", "trial_name": name, "started_at": STARTED,
-        "config": {"job_id": None, "agent": {"name": "terminus-2", "model_name": MODEL}},
-        "agent_info": {"name": "terminus-2", "version": "2.0.0",
-                       "model_info": {"name": "Qwen3-8B", "provider": "hosted_vllm"}},
-        "verifier_result": None if reward is None else {"rewards": {"reward": reward}},
-        "exception_info": None if exception is None else {"exception_type": exception,
-                                                          "exception_message": "timed out"},
-    }
-    (trial / "result.json").write_text(json.dumps(result, indent=4))
-    (trial / "verifier").mkdir()
-    if stdout is not None:
-        (trial / "verifier" / "test-stdout.txt").write_text(stdout)
-    if stderr is not None:
-        (trial / "verifier" / "test-stderr.txt").write_text(stderr)
-
-
-def user(step_id: int, text: str, **extra) -> dict:
-    return {"step_id": step_id, "source": "user", "message": text, **extra}
-
-
-def agent(step_id: int, text: str, *, observation: list[dict] | None = None, reasoning: str | None = None,
-          calls: list[dict] | None = None, **extra) -> dict:
-    step = {"step_id": step_id, "source": "agent", "message": text, **extra}
-    if reasoning:
-        step["reasoning_content"] = reasoning
-    if calls:
-        step["tool_calls"] = calls
-    if observation is not None:
-        step["observation"] = {"results": observation}
-    return step
-
-
-def export(root: Path, out: Path, **options) -> tuple[dict, dict[str, list[dict]]]:
-    options.setdefault("redactor", Redactor())
-    manifest = build_trace_dataset(root, out, **options)
-    by_trial: dict[str, list[dict]] = {}
-    for shard in manifest["shards"]:
-        for row in pq.read_table(out / "data" / shard["name"]).to_pylist():
-            by_trial.setdefault(row["trial_name"], []).append(row)
-    return manifest, by_trial
-
+from rlkeep.traces import COLUMNS, MANIFEST_NAME, SHAREGPT_COLUMN, CardInfo, cli_main
+from tests.support.trace_trials import (
+    MODEL, NATIVE_TOOLS_TRIAL, TOOLS, agent, export, user, write_native_tools_trial, write_trial,
+)
 
 def turns(row: dict) -> list[tuple[str, str]]:
     return [(turn["role"], turn["content"]) for turn in row["conversations"]]
@@ -150,19 +88,10 @@ def test_multi_part_observation_joins_every_part_with_newlines(tmp_path: Path) -
 
 def test_native_tools_put_a_tools_block_before_the_system_text(tmp_path: Path) -> None:
     root = tmp_path / "trace_jobs"
-    tools = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}},
-             {"type": "function", "function": {"name": "finish", "parameters": {"type": "object"}}}]
-    write_trial(root, "native-tools__DDDDDDD", [
-        {"step_id": 1, "source": "system", "message": "You are a coding agent."},
-        user(2, "Fix the bug."),
-        agent(3, "", reasoning="look first", calls=[{"tool_call_id": "c1", "function_name": "bash",
-                                                    "arguments": {"cmd": "ls"}}],
-              observation=[{"source_call_id": "c1", "content": "main.py"}]),
-        agent(4, "fixed", calls=[{"tool_call_id": "c2", "function_name": "finish", "arguments": {}}]),
-    ], agent={"name": "openhands", "version": "1", "model_name": MODEL, "tool_definitions": tools})
+    write_native_tools_trial(root)
     _, rows = export(root, tmp_path / "out")
-    (row,) = rows["native-tools__DDDDDDD"]
-    block = "<tools>\n" + json.dumps(tools, indent=2) + "\n</tools>"
+    (row,) = rows[NATIVE_TOOLS_TRIAL]
+    block = "<tools>\n" + json.dumps(TOOLS, indent=2) + "\n</tools>"
     assert turns(row) == [
         ("user", block + "\n\nYou are a coding agent."),  # Harbor: a system step is a user turn
         ("user", "Fix the bug."),
@@ -171,7 +100,7 @@ def test_native_tools_put_a_tools_block_before_the_system_text(tmp_path: Path) -
         ("user", "main.py"),
         ("assistant", 'fixed\n<tool_call>\n{"name": "finish", "arguments": {}}\n</tool_call>'),
     ]
-    assert json.loads(row["tool_definitions"]) == tools
+    assert json.loads(row["tool_definitions"]) == TOOLS
     assert row["instruction"] == "You are a coding agent." and row["agent"] == "openhands"
 
 

@@ -25,12 +25,12 @@ from typing import Any
 import pytest
 
 from rlkeep.redaction import Redactor
-from tests.test_traces_harbor import MODEL, agent, export, user, write_trial
+from tests.support.trace_trials import (
+    NATIVE_TOOLS_TRIAL, TOOLS, agent, export, user, write_native_tools_trial, write_trial,
+)
 
 DEFAULT_HARBOR_PYTHON = Path.home() / ".cache" / "rlkeep-bench" / "harbor" / "bin" / "python"
 TOKEN = "hf" + "_" + "Q7mZ" * 8 + "x9"
-TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}},
-         {"type": "function", "function": {"name": "finish", "parameters": {"type": "object"}}}]
 # (episodes, Harbor's success_filter, rlkeep's filter)
 RUNS = [("all", None, "none"), ("last", "success", "success"), ("all", "failure", "failure")]
 
@@ -80,7 +80,7 @@ def build_edge_cases(root: Path) -> None:
         agent(3, "</think>orphaned close", observation=[{"content": ""}]),
         agent(4, "done"),
     ], stdout=None)
-    write_native_tools(root)
+    write_native_tools_trial(root)
     sub = {"schema_version": "ATIF-v1.6", "agent": {"name": "terminus-2-summarizer", "version": "1",
                                                      "model_name": "hosted_vllm/summarizer"},
            "steps": [{"step_id": 1, "source": "system", "message": "You summarize."},
@@ -108,17 +108,6 @@ def build_edge_cases(root: Path) -> None:
     write_trial(root, "leaky__JJJJJJJ", [user(1, f"  Task: use HF_TOKEN={TOKEN}  "),
                                           agent(2, "export", observation=[{"content": f"HF_TOKEN={TOKEN}"}]),
                                           agent(3, "done")])
-
-
-def write_native_tools(root: Path) -> None:
-    write_trial(root, "native-tools__DDDDDDD", [
-        {"step_id": 1, "source": "system", "message": "You are a coding agent."},
-        user(2, "Fix the bug."),
-        agent(3, "", reasoning="look first", calls=[{"tool_call_id": "c1", "function_name": "bash",
-                                                    "arguments": {"cmd": "ls"}}],
-              observation=[{"source_call_id": "c1", "content": "main.py"}]),
-        agent(4, "fixed", calls=[{"tool_call_id": "c2", "function_name": "finish"}]),
-    ], agent={"name": "openhands", "version": "1", "model_name": MODEL, "tool_definitions": TOOLS})
 
 
 def run_harbor(python: Path, jobs: dict[str, tuple[str, str, str | None]], tmp_path: Path) -> dict[str, Any]:
@@ -185,7 +174,7 @@ def test_rows_match_harbors_exporter_up_to_redaction(tmp_path: Path) -> None:
     root = tmp_path / "trace_jobs"
     build_edge_cases(root)
     tools_root = tmp_path / "tools_only"
-    write_native_tools(tools_root)
+    write_native_tools_trial(tools_root)
     jobs = {f"{episodes}-{mine}": (str(root), episodes, theirs) for episodes, theirs, mine in RUNS}
     jobs["tools-only"] = (str(tools_root), "all", None)
     harbor = run_harbor(python, jobs, tmp_path)
@@ -204,5 +193,5 @@ def test_rows_match_harbors_exporter_up_to_redaction(tmp_path: Path) -> None:
     assert "tool_definitions" in harbor["tools-only"]["columns"]
     _, ours = export(tools_root, tmp_path / "tools-out", episodes="all", sharegpt=True)
     assert compare(harbor["tools-only"], ours, "tools-only") == 0
-    (first, _) = ours["native-tools__DDDDDDD"]
+    (first, _) = ours[NATIVE_TOOLS_TRIAL]
     assert json.loads(first["tool_definitions"]) == TOOLS

@@ -87,13 +87,13 @@ def run_baseline(tar_path: Path, out: Path) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
     from rlkeep.traces import (
-        SCHEMA, MalformedTrial, _Scrubber, episode_conversations, iter_trials, read_trial,
+        SCHEMA, MalformedTrial, Scrubber, episode_conversations, iter_trials, read_trial,
     )
 
     scratch = out / "extracted"
     with tarfile.open(tar_path) as tar:
         tar.extractall(scratch, filter="data")
-    scrub = _Scrubber(_redactor())
+    scrub = Scrubber(_redactor())
     all_rows: list[dict] = []
     trials = 0
     for files in iter_trials(scratch):
