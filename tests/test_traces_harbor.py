@@ -100,7 +100,7 @@ def test_native_tools_put_a_tools_block_before_the_system_text(tmp_path: Path) -
         ("user", "main.py"),
         ("assistant", 'fixed\n<tool_call>\n{"name": "finish", "arguments": {}}\n</tool_call>'),
     ]
-    assert json.loads(row["tool_definitions"]) == TOOLS
+    assert row["tool_definitions"] == TOOLS  # a list of structs, as in Harbor's table
     assert row["instruction"] == "You are a coding agent." and row["agent"] == "openhands"
 
 

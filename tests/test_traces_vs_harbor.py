@@ -13,6 +13,9 @@ main rows; rlkeep sorts by trial. And Harbor builds its table with `Dataset.from
 keeps only the columns of the first row, so `tool_definitions` and `trace_source` exist in its
 output only when the first row has them; where Harbor has no such column rlkeep's value must be
 the empty one (null, `main`), and a one-trial tree with native tools checks `tool_definitions`.
+The Features `datasets.load_dataset` gives for the staged folder are compared with the Features of
+Harbor's table, column by column over Harbor's columns (`tool_definitions` is inferred from the data
+on both sides).
 """
 from __future__ import annotations
 
@@ -42,7 +45,7 @@ out = {}
 for key, (root, episodes, success_filter) in jobs.items():
     ds = export_traces(root, episodes=episodes, success_filter=success_filter, to_sharegpt=True,
                        include_instruction=True, include_verifier_output=True, use_rich_progress=False)
-    out[key] = {"columns": list(ds.column_names), "rows": ds.to_list()}
+    out[key] = {"columns": list(ds.column_names), "rows": ds.to_list(), "features": ds.features.to_dict()}
 with open(sys.argv[2], "w") as handle:
     json.dump(out, handle)
 """
@@ -156,8 +159,6 @@ def compare(harbor: dict[str, Any], ours: dict[str, list[dict]], label: str) -> 
                 assert my_row[column] == empty, f"{label} {key}: Harbor has no {column}, rlkeep {my_row[column]!r}"
                 continue
             theirs_value, my_value = their_row[column], my_row[column]
-            if column == "tool_definitions" and my_value is not None:
-                my_value = json.loads(my_value)  # rlkeep keeps the definitions as JSON text
             if column == "trace_source" and theirs_value is None:
                 theirs_value = "main"
             if my_value == theirs_value:
@@ -191,7 +192,18 @@ def test_rows_match_harbors_exporter_up_to_redaction(tmp_path: Path) -> None:
     assert differences > 0, "the planted credential never made a difference: redaction was not exercised"
 
     assert "tool_definitions" in harbor["tools-only"]["columns"]
-    _, ours = export(tools_root, tmp_path / "tools-out", episodes="all", sharegpt=True)
+    manifest, ours = export(tools_root, tmp_path / "tools-out", episodes="all", sharegpt=True)
     assert compare(harbor["tools-only"], ours, "tools-only") == 0
     (first, _) = ours[NATIVE_TOOLS_TRIAL]
-    assert json.loads(first["tool_definitions"]) == TOOLS
+    assert first["tool_definitions"] == TOOLS and manifest["tool_definitions"]["type"] == "list_of_structs"
+    assert_same_features(harbor["tools-only"], tmp_path / "tools-out", tmp_path)
+    assert_same_features(harbor["all-none"], tmp_path / "all-none", tmp_path)
+
+
+def assert_same_features(harbor: dict[str, Any], staged: Path, tmp_path: Path) -> None:
+    """`datasets.load_dataset` on the staged folder gives Harbor's Features for Harbor's columns."""
+    datasets = pytest.importorskip("datasets", reason="`datasets` is in the test extra")
+    theirs = datasets.Features.from_dict(harbor["features"])
+    loaded = datasets.load_dataset(str(staged), cache_dir=str(tmp_path / "hf-cache"))["train"].features
+    for column in harbor["columns"]:
+        assert loaded[column] == theirs[column], f"{staged.name} {column}: {loaded[column]} against Harbor's {theirs[column]}"

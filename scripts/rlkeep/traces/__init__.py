@@ -35,8 +35,12 @@ Decisions worth knowing (the manifest states the ones a reader of the data needs
   Harbor's fallbacks through result.json (agent_info.model_info.provider; config.job_id, ...,
   else the trial name).
 - Where Harbor's table leaves a column out (it keeps the first row's keys only), rlkeep writes
-  it anyway, empty: `tool_definitions` null, `trace_source` `main`. `tool_definitions` is the
-  definitions' JSON text, where Harbor's `datasets` table infers a struct.
+  it anyway, empty: `tool_definitions` null, `trace_source` `main`.
+- `tool_definitions` (as Harbor's `datasets` table): a list of structs, the type inferred from the
+  distinct definitions (their strings redacted) in trial order, exactly as `datasets` infers it, so
+  `load_dataset` gives Harbor's Features. It stays JSON text, recorded in the manifest's
+  `tool_definitions`, when no trial has definitions or the type cannot be stored (see
+  schema.tool_definitions_type).
 - Text is what the model saw: credentials are always redacted (counts per kind reach the
   manifest and the card) and lone surrogates, which parquet text cannot hold, become U+FFFD.
   Terminal-noise cleaning (ANSI/OSC escapes, bracketed-paste markers, carriage-return

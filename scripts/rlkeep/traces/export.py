@@ -82,6 +82,7 @@ def export_rows(trials: Iterable[TrialContent], data_dir: Path, *, episodes: str
             "terminal_noise_cleaned": clean_terminal_noise,
         },
         "trials_per_shard": trials_per_shard,
+        "tool_definitions": writer.tool_definitions,
         "redactions": dict(sorted(scrub.redactions.items())),
         "repairs": dict(sorted(scrub.repairs.items())),
     }

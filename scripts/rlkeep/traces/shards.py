@@ -1,7 +1,12 @@
 """Parquet shards: rows buffered into bounded row groups, `trials_per_shard` trials per shard, fixed
-writer options (same input, same bytes), renamed to Harbor's `train-iiiii-of-nnnnn.parquet` at the end."""
+writer options (same input, same bytes), renamed to Harbor's `train-iiiii-of-nnnnn.parquet` at the end.
+
+`tool_definitions` is written as JSON text during the pass; when trials had definitions, `finish`
+rewrites each shard (one row group at a time) with the column as the list-of-structs type inferred
+from the distinct definitions (schema.tool_definitions_type), so every shard has one schema."""
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -14,7 +19,8 @@ from rlkeep.hashing import sha256_file
 from rlkeep.traces.render import Conversation
 from rlkeep.traces.render import sharegpt as to_sharegpt  # the option is called `sharegpt`
 from rlkeep.traces.schema import (
-    CONVERSATION_TYPE, SHAREGPT_COLUMN, SHAREGPT_TYPE, SHARD_NAME, TEXT_COLUMNS, row_schema,
+    CONVERSATION_TYPE, SHAREGPT_COLUMN, SHAREGPT_TYPE, SHARD_NAME, TEXT_COLUMNS, TOOL_DEFINITIONS, row_schema,
+    tool_definitions_type,
 )
 
 DEFAULT_TRIALS_PER_SHARD = 200
@@ -98,6 +104,8 @@ class ShardWriter:
         self._batch = _RowBatch(schema)
         self._shard_rows = 0
         self._shard_trials = 0
+        self._definitions: dict[str, None] = {}  # distinct tool_definitions texts, in trial order
+        self.tool_definitions: dict[str, Any] = {}  # how the column was stored (for the manifest)
 
     def _open(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -118,8 +126,7 @@ class ShardWriter:
             return
         self._writer.close()
         assert self._path is not None
-        self.shards.append({"name": self._path.name, "rows": self._shard_rows,
-                            "size": self._path.stat().st_size, "sha256": sha256_file(self._path)})
+        self.shards.append({"name": self._path.name, "rows": self._shard_rows})
         self._parts.append(self._path)
         self._writer, self._path = None, None
         self._shard_rows = self._shard_trials = 0
@@ -127,6 +134,8 @@ class ShardWriter:
     def add_trial(self, rows: Iterable[tuple[Conversation, dict[str, str | None]]]) -> int:
         count = 0
         for conversation, columns in rows:
+            if columns[TOOL_DEFINITIONS] is not None:
+                self._definitions.setdefault(columns[TOOL_DEFINITIONS])
             self._batch.add(conversation, columns)
             count += 1
             if self._batch.chars >= self.row_group_chars:
@@ -150,8 +159,40 @@ class ShardWriter:
             self._open()
             self._close_shard()
             self.shards[-1]["rows"] = 0
+        self._type_tool_definitions()
         count = len(self.shards)
         for index, (shard, part) in enumerate(zip(self.shards, self._parts)):
             shard["name"] = SHARD_NAME.format(index=index, count=count)
-            os.replace(part, self.data_dir / shard["name"])
+            final = self.data_dir / shard["name"]
+            os.replace(part, final)
+            shard.update(size=final.stat().st_size, sha256=sha256_file(final))
         return self.shards
+
+    def _type_tool_definitions(self) -> None:
+        texts = list(self._definitions)
+        type_, why = tool_definitions_type([json.loads(text) for text in texts])
+        self.tool_definitions = {"type": "json_text" if type_ is None else "list_of_structs",
+                                 "distinct_definitions": len(texts), "why": why}
+        if type_ is None:
+            return
+        schema = row_schema(SHAREGPT_COLUMN in self.schema.names, type_)
+        for part in self._parts:
+            retype_tool_definitions(part, schema)
+
+
+def retype_tool_definitions(path: Path, schema: pa.Schema) -> None:
+    """Rewrite a shard with `tool_definitions` parsed into the schema's type, row group by row
+    group (the same groups, the same writer options)."""
+    type_ = schema.field(TOOL_DEFINITIONS).type
+    parsed: dict[str, Any] = {}
+    typed = path.with_name(path.name + ".typed")
+    source = pq.ParquetFile(path)
+    with pq.ParquetWriter(typed, schema, **PARQUET_OPTIONS) as writer:
+        for index in range(source.num_row_groups):
+            table = source.read_row_group(index)
+            texts = table.column(TOOL_DEFINITIONS).to_pylist()
+            values = [None if text is None else parsed.setdefault(text, json.loads(text)) for text in texts]
+            position = table.schema.get_field_index(TOOL_DEFINITIONS)
+            table = table.set_column(position, schema.field(TOOL_DEFINITIONS), pa.array(values, type_))
+            writer.write_table(table.cast(schema))
+    os.replace(typed, path)

@@ -225,12 +225,24 @@ def read_trial(trial: TrialContent, scrub: Callable[[str], str], repairs: Counte
     instruction = instruction_text(trial)
     columns["instruction"] = None if instruction is None else scrub(instruction)
     columns["verifier_output"] = scrub("".join(verifier_parts)) if verifier_parts else None
-    columns["tool_definitions"] = scrub(json.dumps(definitions, ensure_ascii=False)) if has_tools else None
+    columns["tool_definitions"] = json.dumps(scrub_strings(definitions, scrub), ensure_ascii=False) if has_tools else None
     run_agent = None if run["agent"] is None else scrub(str(run["agent"]))
     subagents = [(kind, found, dict(overrides, agent=run_agent, tool_definitions=None))
                  for kind, found, overrides in _subagent_sources(trial, builder, repairs, run["model"])]
     sources = [(MAIN_SOURCE, contexts, {})] + subagents
     return TrialRows(success=_is_success(columns["result"]), columns=columns, sources=sources)
+
+
+def scrub_strings(value: Any, scrub: Callable[[str], str]) -> Any:
+    """A JSON value with every string in it scrubbed (keys stay: they name schema fields), so the
+    redacted definitions are still the same structure."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, list):
+        return [scrub_strings(item, scrub) for item in value]
+    if isinstance(value, dict):
+        return {key: scrub_strings(item, scrub) for key, item in value.items()}
+    return value
 
 
 def keep_trial(success: bool, filter: str) -> bool:
