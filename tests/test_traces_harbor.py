@@ -14,10 +14,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from rlkeep.errors import RlkeepError
 from rlkeep.traces import COLUMNS, MANIFEST_NAME, SHAREGPT_COLUMN, CardInfo, cli_main
 from tests.support.trace_trials import (
-    MODEL, NATIVE_TOOLS_TRIAL, TOOLS, agent, export, user, write_native_tools_trial, write_trial,
+    MODEL, NATIVE_TOOLS_TRIAL, TOOLS, agent, atif, export, user, write_dangling_continuation_trial,
+    write_image_trial, write_message_parts_trial, write_native_tools_trial, write_reordered_continuations_trial, write_text_parts_trial,
+    write_trial,
 )
+
 
 def turns(row: dict) -> list[tuple[str, str]]:
     return [(turn["role"], turn["content"]) for turn in row["conversations"]]
@@ -71,6 +75,67 @@ def test_continuation_rows_hold_what_the_model_saw_after_the_summary(tmp_path: P
     _, last = export(root, tmp_path / "last", episodes="last")
     (only,) = last["summarized__BBBBBBB"]
     assert only["episode"] == "episode-3" and turns(only) == turns(episodes[3])
+
+
+def test_continuations_follow_continued_trajectory_ref_not_file_names(tmp_path: Path) -> None:
+    """Harbor walks trajectory.json -> its continued_trajectory_ref -> ...; cont-10 before cont-2
+    here, and cont-3, which nothing references, is not read."""
+    root = tmp_path / "trace_jobs"
+    write_reordered_continuations_trial(root)
+    write_dangling_continuation_trial(root)
+    manifest, rows = export(root, tmp_path / "all", episodes="all")
+    episodes = rows["reordered__KKKKKKK"]
+    assert [row["episode"] for row in episodes] == ["episode-0", "episode-1", "episode-2"]
+    prompt = ("user", "Task: count the lines.")
+    assert turns(episodes[1]) == [prompt, ("user", "Summary one."), ("assistant", "second context")]
+    assert turns(episodes[2]) == [prompt, ("user", "Summary two."), ("assistant", "third context")]
+    assert "never referenced" not in json.dumps(rows)
+    (dangling,) = rows["dangling__LLLLLLL"]
+    assert turns(dangling) == [("user", "Task"), ("assistant", "only context")]
+    assert manifest["repairs"]["continuation_unreferenced"] == 1 and manifest["repairs"]["continuation_missing"] == 1
+    _, last = export(root, tmp_path / "last", episodes="last")
+    assert [row["episode"] for row in last["reordered__KKKKKKK"]] == ["episode-2"]
+
+
+def test_a_continuation_chain_that_comes_back_is_malformed(tmp_path: Path) -> None:
+    root = tmp_path / "trace_jobs"
+    write_trial(root, "cycle__SSSSSSS", [user(1, "Task"), agent(2, "first")],
+                extra_files={"agent/trajectory.cont-1.json": atif([user(1, "Task"), agent(2, "second")],
+                                                                  continued_trajectory_ref="trajectory.json")})
+    path = root / "cycle__SSSSSSS" / "agent" / "trajectory.json"
+    path.write_text(json.dumps(dict(json.loads(path.read_text()), continued_trajectory_ref="trajectory.cont-1.json")))
+    write_trial(root, "fine__TTTTTTT", [user(1, "Task"), agent(2, "done")])
+    manifest, rows = export(root, tmp_path / "out", min_coverage=0.5)
+    assert manifest["malformed"] == {"continuation_cycle": 1} and set(rows) == {"fine__TTTTTTT"}
+
+
+def test_text_part_lists_give_their_first_part(tmp_path: Path) -> None:
+    """Harbor's normalize_message_content: a list of content parts is its first part's text (for
+    observations, where Harbor applies it, and for messages, where its documentation says so)."""
+    root = tmp_path / "trace_jobs"
+    write_text_parts_trial(root)
+    write_message_parts_trial(root)
+    _, rows = export(root, tmp_path / "out")
+    (row,) = rows["text-parts__MMMMMMM"]
+    assert turns(row) == [("user", "Task"), ("assistant", "ls"), ("user", "a.txt\nc.txt"), ("assistant", "done")]
+    (row,) = rows["message-parts__UUUUUUU"]
+    assert turns(row) == [("user", "Task in parts:"), ("assistant", "ls"), ("user", "a.txt"), ("assistant", "done")]
+
+
+def test_an_image_part_refuses_the_export_as_harbor_does_unless_the_filter_leaves_it_out(tmp_path: Path) -> None:
+    root = tmp_path / "trace_jobs"
+    write_image_trial(root, reward=0.0)
+    write_trial(root, "solved__GGGGGGG", [user(1, "Task"), agent(2, "done")], reward=1.0)
+    out = tmp_path / "out"
+    with pytest.raises(RlkeepError) as caught:
+        export(root, out)
+    message = str(caught.value)
+    assert "screenshot__NNNNNNN" in message and "agent/trajectory.json step 2 observation result 1" in message
+    assert "image or audio" in message and not out.exists()  # nothing staged
+    manifest, rows = export(root, out, filter="success")  # Harbor filters before it reads
+    assert set(rows) == {"solved__GGGGGGG"} and manifest["trials_filtered_out"] == 1
+    with pytest.raises(RlkeepError, match="screenshot__NNNNNNN"):
+        export(root, tmp_path / "failures", filter="failure")
 
 
 def test_multi_part_observation_joins_every_part_with_newlines(tmp_path: Path) -> None:

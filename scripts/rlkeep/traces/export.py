@@ -7,11 +7,12 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from rlkeep.errors import RlkeepError
 from rlkeep.traces.render import Conversation, episode_conversations, whole_conversation
 from rlkeep.traces.schema import MAIN_SOURCE, column_names, row_schema
 from rlkeep.traces.shards import ShardWriter
 from rlkeep.traces.text import Scrubber, TextRedactor
-from rlkeep.traces.trial import MalformedTrial, TrialRows, keep_trial, read_trial
+from rlkeep.traces.trial import MalformedTrial, MediaContent, TrialRows, keep_trial, read_trial
 from rlkeep.traces.trials import TrialContent
 
 EPISODES = ("last", "all")
@@ -49,6 +50,13 @@ def export_rows(trials: Iterable[TrialContent], data_dir: Path, *, episodes: str
                 names = examples.setdefault(problem.reason, [])
                 if len(names) < MALFORMED_EXAMPLES:
                     names.append(content.name)
+                continue
+            except MediaContent as found:
+                if keep_trial(found.success, filter):
+                    raise RlkeepError(f"trace export refused: trial {content.name}: {found}. Harbor's exporter refuses "
+                                      "multimodal trajectories too (text rows would silently lose the media): leave "
+                                      "the trial out of the trace tree or export it with a multimodal pipeline") from None
+                filtered_out += 1
                 continue
             if not keep_trial(trial.success, filter):
                 filtered_out += 1

@@ -10,6 +10,9 @@ exporter by tests/test_traces_vs_harbor.py):
 - Roles: `system` and `user` steps -> "user", `agent` steps -> "assistant"; an observation is a
   "user" turn after its agent turn except after the row's final agent turn. Consecutive
   same-role turns stay apart (nothing is merged).
+- Media: a content list with an `image` or `audio` part in a step's message or an observation
+  result makes Harbor refuse the whole export (MultimodalExportError) instead of dropping it
+  from text rows; `media_field` finds it. Text-only content lists are read as above.
 - An observation with several results joins every result's content with newlines; a content
   given as a list of parts contributes its first part's text.
 - Agent turns: `<think>{reasoning}</think>`, the message and one
@@ -59,6 +62,25 @@ def content_text(value: Any) -> str:
         text = value[0]["text"]
         return text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
     return json.dumps(value, ensure_ascii=False)
+
+
+MEDIA_PART_TYPES = ("image", "audio")
+
+
+def _has_media(content: Any) -> bool:
+    return isinstance(content, list) and any(isinstance(part, dict) and part.get("type") in MEDIA_PART_TYPES
+                                             for part in content)
+
+
+def media_field(step: dict[str, Any]) -> str | None:
+    """Where the step holds an image or audio content part (`message`, `observation result N`), as
+    Harbor 0.26 checks it; None for a text-only step."""
+    if _has_media(step.get("message")):
+        return "message"
+    for position, result in enumerate(_results(step)):
+        if _has_media(result.get("content")):
+            return f"observation result {position + 1}"
+    return None
 
 
 def render_agent_turn(step: dict[str, Any]) -> str:

@@ -1,16 +1,24 @@
 """Reading one trial: result.json (skimmed when large), the ATIF trajectory files, the verifier
 output and the subagent trajectories, into metadata columns and contexts (`TrialRows`), or a
-`MalformedTrial` naming the reason it is counted under."""
+`MalformedTrial` naming the reason it is counted under, or `MediaContent` (Harbor refuses the
+whole export over an image or audio part; the caller decides with the trial's success).
+
+Continuations are read as Harbor 0.26 reads them: from `agent/trajectory.json`, each file's
+`continued_trajectory_ref` (relative to agent/) names the next; the chain ends at a file without
+one or at a reference to a file that is not there (`continuation_missing` in the repairs).
+Continuation files nobody references are not read (`continuation_unreferenced`); a chain that
+comes back to a file it read is malformed (`continuation_cycle`), where Harbor would loop."""
 from __future__ import annotations
 
 import json
+import posixpath
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from rlkeep.jsonskim import SkimError, pick_members
-from rlkeep.traces.render import Context, context_messages, subagent_source, tools_block
+from rlkeep.traces.render import Context, context_messages, media_field, subagent_source, tools_block
 from rlkeep.traces.schema import MAIN_SOURCE
 from rlkeep.traces.trials import MAIN_TRAJECTORY, RESULT, VERIFIER_OUTPUT, TrialContent
 
@@ -21,6 +29,15 @@ class MalformedTrial(Exception):
     def __init__(self, reason: str, detail: str = ""):
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
+
+
+class MediaContent(Exception):
+    """A trajectory step with an image or audio content part; `success` is the trial's, so that a
+    trial the filter leaves out does not stop the export (Harbor filters before it reads)."""
+
+    def __init__(self, rel: str, step: int, field: str):
+        super().__init__(f"{rel} step {step} {field}: an image or audio content part")
+        self.success = False
 
 
 def _read_json(data: bytes, rel: str, reason: str, repairs: Counter[str]) -> Any:
@@ -129,25 +146,53 @@ class _Contexts:
     def __init__(self, scrub: Callable[[str], str], repairs: Counter[str]):
         self.scrub, self.repairs = scrub, repairs
 
-    def build(self, documents: list[tuple[str, bytes]]) -> tuple[list[Context], dict[str, Any], list[dict[str, Any]]]:
-        """(contexts, first file's agent block, all steps)."""
+    def build(self, documents: Iterable[tuple[str, dict[str, Any]]]) -> tuple[list[Context], dict[str, Any]]:
+        """(contexts, first file's agent block) of ATIF documents already checked by _trajectory_doc."""
         contexts: list[Context] = []
         agent: dict[str, Any] = {}
-        every: list[dict[str, Any]] = []
         episode = 0
-        for index, (rel, data) in enumerate(documents):
-            doc = _trajectory_doc(rel, data, self.repairs)
+        for index, (rel, doc) in enumerate(documents):
             file_agent = _mapping(doc.get("agent"))
             if index == 0:
                 agent = file_agent
                 if not doc["steps"]:
                     raise MalformedTrial("empty_steps", rel)
+            for position, step in enumerate(doc["steps"]):
+                if (field := media_field(step)) is not None:
+                    raise MediaContent(rel, position + 1, field)
             definitions = file_agent.get("tool_definitions")
             tools = tools_block(definitions) if isinstance(definitions, list) and definitions else None
             context, episode = context_messages(doc["steps"], self.scrub, episode, tools=tools)
             contexts.append(context)
-            every += doc["steps"]
-        return contexts, agent, every
+        return contexts, agent
+
+
+def continuation_chain(trial: TrialContent, repairs: Counter[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """trajectory.json, then each file its `continued_trajectory_ref` names, parsed (see the module
+    docstring for where the chain ends)."""
+    rel: str | None = MAIN_TRAJECTORY
+    seen: set[str] = set()
+    while rel is not None:
+        if rel in seen:
+            raise MalformedTrial("continuation_cycle", f"{rel} is referenced again")
+        seen.add(rel)
+        doc = _trajectory_doc(rel, trial.files[rel], repairs)
+        yield rel, doc
+        rel = _referenced(doc.get("continued_trajectory_ref"), trial, repairs)
+    unreferenced = [name for name in trial.files
+                    if name.startswith("agent/trajectory.cont-") and "/" not in name[6:] and name not in seen]
+    if unreferenced:
+        repairs["continuation_unreferenced"] += len(unreferenced)
+
+
+def _referenced(ref: Any, trial: TrialContent, repairs: Counter[str]) -> str | None:
+    if not ref:
+        return None
+    rel = posixpath.normpath(posixpath.join("agent", str(ref)))
+    if rel not in trial.files:
+        repairs["continuation_missing"] += 1
+        return None
+    return rel
 
 
 def _subagent_sources(trial: TrialContent, builder: _Contexts, repairs: Counter[str],
@@ -159,7 +204,7 @@ def _subagent_sources(trial: TrialContent, builder: _Contexts, repairs: Counter[
         if kind is None:
             continue
         try:
-            contexts, agent, _ = builder.build([(rel, trial.files[rel])])
+            contexts, agent = builder.build([(rel, _trajectory_doc(rel, trial.files[rel], repairs))])
         except MalformedTrial:
             repairs["subagent_trajectory_unreadable"] += 1
             continue
@@ -187,24 +232,45 @@ def instruction_text(trial: TrialContent) -> str | None:
 
 
 def read_trial(trial: TrialContent, scrub: Callable[[str], str], repairs: Counter[str]) -> TrialRows:
-    """Parse one trial into metadata and contexts, or raise MalformedTrial with the reason."""
+    """Parse one trial into metadata and contexts, or raise MalformedTrial with the reason, or
+    MediaContent carrying the trial's success."""
     if trial.result is None:
         raise MalformedTrial("missing_result")
     result = _read_result(trial.result, repairs)
     if not isinstance(result, dict):
         raise MalformedTrial("invalid_json_result", "result.json is not an object")
+    # Harbor 0.26: an exception wins over a reward (a timed-out trial that was still verified).
+    result_text = _exception_type(result) or _reward_text(result)
+    try:
+        return _trial_rows(trial, result, result_text, scrub, repairs)
+    except MediaContent as found:
+        found.success = _is_success(result_text)
+        raise
+
+
+def _trial_rows(trial: TrialContent, result: dict[str, Any], result_text: str | None,
+                scrub: Callable[[str], str], repairs: Counter[str]) -> TrialRows:
     if MAIN_TRAJECTORY not in trial.files:
         raise MalformedTrial("missing_trajectory")
     builder = _Contexts(scrub, repairs)
-    contexts, agent, _ = builder.build(trial.trajectories())
+    contexts, agent = builder.build(continuation_chain(trial, repairs))
     if not any(m.episode is not None for c in contexts for m in c.messages):
         raise MalformedTrial("no_agent_steps")
     if contexts[0].messages[0].role == "assistant":
         raise MalformedTrial("no_user_turn")
-    exception_type = _exception_type(result)
-    verifier_parts = [trial.files[rel].decode("utf-8", errors="replace")
-                      for rel in VERIFIER_OUTPUT if rel in trial.files]
     run = _run_metadata(result)
+    columns = _metadata_columns(trial, result, run, agent, scrub)
+    columns["result"] = None if result_text is None else scrub(result_text)
+    run_agent = None if run["agent"] is None else scrub(str(run["agent"]))
+    subagents = [(kind, found, dict(overrides, agent=run_agent, tool_definitions=None))
+                 for kind, found, overrides in _subagent_sources(trial, builder, repairs, run["model"])]
+    sources = [(MAIN_SOURCE, contexts, {})] + subagents
+    return TrialRows(success=_is_success(columns["result"]), columns=columns, sources=sources)
+
+
+def _metadata_columns(trial: TrialContent, result: dict[str, Any], run: dict[str, Any], agent: dict[str, Any],
+                      scrub: Callable[[str], str]) -> dict[str, str | None]:
+    """Every column but `result` and the conversations, scrubbed."""
     trial_name = result.get("trial_name") or trial.name
     metadata = {
         # Main rows name the trajectory's agent and model; subagent rows the run's agent.
@@ -215,22 +281,17 @@ def read_trial(trial: TrialContent, scrub: Callable[[str], str], repairs: Counte
         "task": result.get("task_name"),
         "run_id": run["run_id"] or trial_name,  # SkyRL: job_id is null, so the trial name
         "trial_name": trial_name,
+        "instruction": instruction_text(trial),
     }
     columns: dict[str, str | None] = {key: None if value is None else scrub(str(value))
                                       for key, value in metadata.items()}
-    # Harbor 0.26: an exception wins over a reward (a timed-out trial that was still verified).
-    columns["result"] = None if (text := exception_type or _reward_text(result)) is None else scrub(text)
+    verifier_parts = [trial.files[rel].decode("utf-8", errors="replace")
+                      for rel in VERIFIER_OUTPUT if rel in trial.files]
+    columns["verifier_output"] = scrub("".join(verifier_parts)) if verifier_parts else None
     definitions = agent.get("tool_definitions")
     has_tools = isinstance(definitions, list) and bool(definitions)
-    instruction = instruction_text(trial)
-    columns["instruction"] = None if instruction is None else scrub(instruction)
-    columns["verifier_output"] = scrub("".join(verifier_parts)) if verifier_parts else None
     columns["tool_definitions"] = json.dumps(scrub_strings(definitions, scrub), ensure_ascii=False) if has_tools else None
-    run_agent = None if run["agent"] is None else scrub(str(run["agent"]))
-    subagents = [(kind, found, dict(overrides, agent=run_agent, tool_definitions=None))
-                 for kind, found, overrides in _subagent_sources(trial, builder, repairs, run["model"])]
-    sources = [(MAIN_SOURCE, contexts, {})] + subagents
-    return TrialRows(success=_is_success(columns["result"]), columns=columns, sources=sources)
+    return columns
 
 
 def scrub_strings(value: Any, scrub: Callable[[str], str]) -> Any:

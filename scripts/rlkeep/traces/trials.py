@@ -3,7 +3,6 @@ streaming pass, each as the bytes of the files the export reads (`TrialContent`)
 from __future__ import annotations
 
 import os
-import re
 import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,7 +13,6 @@ from rlkeep.traces.tarsafe import (
     HASH_CHUNK, HashingReader, iter_members, member_path, read_member, unsafe_member_reason,
 )
 
-_CONTINUATION = re.compile(r"^agent/trajectory\.cont-(\d+)\.json$")
 RESULT = "result.json"
 MAIN_TRAJECTORY = "agent/trajectory.json"
 VERIFIER_OUTPUT = ("verifier/test-stdout.txt", "verifier/test-stderr.txt")
@@ -41,13 +39,6 @@ class TrialContent:
     @property
     def result(self) -> bytes | None:
         return self.files.get(RESULT)
-
-    def trajectories(self) -> list[tuple[str, bytes]]:
-        """trajectory.json, then its continuations in numeric order (cont-2 before cont-10)."""
-        continuations = sorted((int(match.group(1)), rel) for rel in self.files
-                               if (match := _CONTINUATION.match(rel)))
-        main = [MAIN_TRAJECTORY] if MAIN_TRAJECTORY in self.files else []
-        return [(rel, self.files[rel]) for rel in main + [rel for _, rel in continuations]]
 
 
 @dataclass(frozen=True)
