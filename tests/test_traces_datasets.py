@@ -1,7 +1,9 @@
 """The staged trace dataset loads with Hugging Face `datasets` (the test extra pins it; never a product
 dependency) and yields the Features Harbor 0.26's export has: `conversations` a list of {role, content}
 strings and every other column a string (`conversations_sharegpt` a list of {from, value} when asked),
-whether loaded as parquet files or as the staged folder with its dataset card."""
+whether loaded as parquet files or as the staged folder with its dataset card. `tool_definitions`, when
+trials have definitions, is the list of structs `datasets` infers from them, as in Harbor's table
+(a string column of nulls when none has; tests/test_traces_vs_harbor.py compares with Harbor's own)."""
 from __future__ import annotations
 
 import json

@@ -10,8 +10,8 @@ gate), `stage` (the stage folder), `card` (the dataset card), `build` (the whole
 
 Input is the sync step's `trace_jobs.tar` (member names relative to the trace root, e.g.
 `<trial>/result.json`) or an already extracted trace root. Every trial directory is read:
-`result.json`, the ATIF `agent/trajectory.json` with its `trajectory.cont-N.json`
-continuations, the subagent trajectories `agent/trajectory.<kind>.json`, and `verifier/test-stdout.txt` +
+`result.json`, the ATIF `agent/trajectory.json` with the continuations its
+`continued_trajectory_ref` chain names, the subagent trajectories `agent/trajectory.<kind>.json`, and `verifier/test-stdout.txt` +
 `test-stderr.txt`. Rows are Harbor 0.26 `traces export` rows (rendering: rlkeep.traces.render;
 columns: `column_names(sharegpt)`, Harbor's order); shards are
 `data/train-iiiii-of-nnnnn.parquet` carrying the `huggingface` Features metadata, next to
@@ -48,6 +48,9 @@ Decisions worth knowing (the manifest states the ones a reader of the data needs
   recorded in the manifest's `text_changes` and the card.
 - A trajectory whose first message is an agent turn is counted as malformed (`no_user_turn`)
   rather than given an invented prompt.
+- An image or audio content part in a kept trial refuses the export (RlkeepError naming the
+  trial, file, step and field), as Harbor's MultimodalExportError refuses it: text rows would
+  silently lose the media. A trial the filter leaves out does not (Harbor filters first).
 - Coverage = (trials with at least one row + trials excluded by the filter) / trial dirs with
   result.json, 1.0 when there are none. With episodes=all row_count can exceed result_count,
   so trials are counted, not rows. Malformed trials are counted by reason; `missing_result`

@@ -2,8 +2,9 @@
 
 Facts this follows (Harbor 0.26's `harbor.utils.traces_utils`, checked row by row against its
 exporter by tests/test_traces_vs_harbor.py):
-- Each trajectory file is one context the model saw: trajectory.json, then each
-  `trajectory.cont-N.json` after a context summarization. A row holds the steps of the file its
+- Each trajectory file is one context the model saw: trajectory.json, then each continuation
+  after a context summarization, in the order `continued_trajectory_ref` chains them
+  (rlkeep.traces.trial.continuation_chain). A row holds the steps of the file its
   episode lives in, so a post-summary row starts from what the model saw after the summary (the
   copied context and the summary), not from the whole history. Episodes keep counting across
   files; an agent step marked `is_copied_context` is context, not a new episode.
