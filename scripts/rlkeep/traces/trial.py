@@ -189,7 +189,7 @@ def _referenced(ref: Any, trial: TrialContent, repairs: Counter[str]) -> str | N
     if not ref:
         return None
     rel = posixpath.normpath(posixpath.join("agent", str(ref)))
-    if rel not in trial.files:
+    if not rel.startswith("agent/") or rel not in trial.files:  # only trajectories in agent/ are read
         repairs["continuation_missing"] += 1
         return None
     return rel
