@@ -145,11 +145,11 @@ def test_trial_builder_is_deterministic() -> None:
 
 
 def test_row_group_flushes_do_not_change_the_rows(mixed_tree, tmp_path: Path, monkeypatch) -> None:
-    import rlkeep.traces as traces
+    from rlkeep.traces import shards
 
     root, _ = mixed_tree
     build(root, tmp_path / "big-groups", episodes="all")
-    monkeypatch.setattr(traces, "ROW_GROUP_CHARS", 20_000)
+    monkeypatch.setattr(shards, "ROW_GROUP_CHARS", 20_000)
     build(root, tmp_path / "small-groups", episodes="all")
     small = pq.ParquetFile(tmp_path / "small-groups" / "data" / shard_names(1)[0])
     big = pq.ParquetFile(tmp_path / "big-groups" / "data" / shard_names(1)[0])
@@ -377,7 +377,7 @@ def test_skimmed_result_json_gives_the_same_shards_as_the_full_parse(mixed_tree,
                                                                       monkeypatch) -> None:
     """Large result.json files are skimmed (only the members the export reads are decoded); the
     rows must not depend on which path read them, and what skimming refuses goes the full way."""
-    from rlkeep import traces
+    from rlkeep.traces import trial
 
     root, _ = mixed_tree
     trials = sorted(p for p in root.iterdir() if (p / "result.json").is_file())
@@ -385,7 +385,7 @@ def test_skimmed_result_json_gives_the_same_shards_as_the_full_parse(mixed_tree,
     bulky.write_bytes(bulky.read_bytes().rstrip()[:-1] + b', "rollout_details": ["\xff\xfe", [1, 2, 3]]}')
     (trials[1] / "result.json").write_bytes(b"[1, 2]")  # not an object: malformed either way
     full = build(root, tmp_path / "full")
-    monkeypatch.setattr(traces, "SKIM_RESULT_ABOVE_BYTES", 0)
+    monkeypatch.setattr(trial, "SKIM_RESULT_ABOVE_BYTES", 0)
     skimmed = build(root, tmp_path / "skimmed")
     assert shard_bytes(tmp_path / "skimmed") == shard_bytes(tmp_path / "full")
     assert skimmed["malformed"] == full["malformed"] and sum(full["malformed"].values()) >= 1

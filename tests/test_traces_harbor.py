@@ -14,71 +14,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from rlkeep.redaction import Redactor
-from rlkeep.traces import COLUMNS, MANIFEST_NAME, SHAREGPT_COLUMN, CardInfo, build_trace_dataset, cli_main
-
-MODEL = "hosted_vllm/Qwen3-8B"
-STARTED = "2026-03-30T17:04:11.000000Z"
-
-
-def write_trial(root: Path, name: str, steps: list[dict], *, reward: float | None = 1.0,
-                exception: str | None = None, agent: dict | None = None, continuations: list[list[dict]] = (),
-                extra_files: dict[str, object] | None = None, stdout: str | None = "3 passed",
-                stderr: str | None = None) -> None:
-    trial = root / name
-    (trial / "agent").mkdir(parents=True)
-    block = agent or {"name": "terminus-2", "version": "2.0.0", "model_name": MODEL}
-    docs = [steps, *continuations]
-    for index, doc_steps in enumerate(docs):
-        doc = {"schema_version": "ATIF-v1.6", "agent": block, "steps": doc_steps}
-        if index + 1 < len(docs):
-            doc["continued_trajectory_ref"] = f"trajectory.cont-{index + 1}.json"
-        rel = "trajectory.json" if index == 0 else f"trajectory.cont-{index}.json"
-        (trial / "agent" / rel).write_text(json.dumps(doc, indent=2))
-    for rel, body in (extra_files or {}).items():
-        (trial / rel).parent.mkdir(parents=True, exist_ok=True)
-        (trial / rel).write_text(json.dumps(body, indent=2))
-    result = {
-        "id": "0", "task_name": "codecontests-1234", "trial_name": name, "started_at": STARTED,
-        "config": {"job_id": None, "agent": {"name": "terminus-2", "model_name": MODEL}},
-        "agent_info": {"name": "terminus-2", "version": "2.0.0",
-                       "model_info": {"name": "Qwen3-8B", "provider": "hosted_vllm"}},
-        "verifier_result": None if reward is None else {"rewards": {"reward": reward}},
-        "exception_info": None if exception is None else {"exception_type": exception,
-                                                          "exception_message": "timed out"},
-    }
-    (trial / "result.json").write_text(json.dumps(result, indent=4))
-    (trial / "verifier").mkdir()
-    if stdout is not None:
-        (trial / "verifier" / "test-stdout.txt").write_text(stdout)
-    if stderr is not None:
-        (trial / "verifier" / "test-stderr.txt").write_text(stderr)
-
-
-def user(step_id: int, text: str, **extra) -> dict:
-    return {"step_id": step_id, "source": "user", "message": text, **extra}
-
-
-def agent(step_id: int, text: str, *, observation: list[dict] | None = None, reasoning: str | None = None,
-          calls: list[dict] | None = None, **extra) -> dict:
-    step = {"step_id": step_id, "source": "agent", "message": text, **extra}
-    if reasoning:
-        step["reasoning_content"] = reasoning
-    if calls:
-        step["tool_calls"] = calls
-    if observation is not None:
-        step["observation"] = {"results": observation}
-    return step
-
-
-def export(root: Path, out: Path, **options) -> tuple[dict, dict[str, list[dict]]]:
-    options.setdefault("redactor", Redactor())
-    manifest = build_trace_dataset(root, out, **options)
-    by_trial: dict[str, list[dict]] = {}
-    for shard in manifest["shards"]:
-        for row in pq.read_table(out / "data" / shard["name"]).to_pylist():
-            by_trial.setdefault(row["trial_name"], []).append(row)
-    return manifest, by_trial
+from rlkeep.errors import RlkeepError
+from rlkeep.traces import COLUMNS, MANIFEST_NAME, SHAREGPT_COLUMN, CardInfo, cli_main
+from tests.support.trace_trials import (
+    MODEL, NATIVE_TOOLS_TRIAL, TOOLS, agent, atif, export, user, write_dangling_continuation_trial,
+    write_image_trial, write_message_parts_trial, write_native_tools_trial, write_reordered_continuations_trial, write_text_parts_trial,
+    write_trial,
+)
 
 
 def turns(row: dict) -> list[tuple[str, str]]:
@@ -135,6 +77,67 @@ def test_continuation_rows_hold_what_the_model_saw_after_the_summary(tmp_path: P
     assert only["episode"] == "episode-3" and turns(only) == turns(episodes[3])
 
 
+def test_continuations_follow_continued_trajectory_ref_not_file_names(tmp_path: Path) -> None:
+    """Harbor walks trajectory.json -> its continued_trajectory_ref -> ...; cont-10 before cont-2
+    here, and cont-3, which nothing references, is not read."""
+    root = tmp_path / "trace_jobs"
+    write_reordered_continuations_trial(root)
+    write_dangling_continuation_trial(root)
+    manifest, rows = export(root, tmp_path / "all", episodes="all")
+    episodes = rows["reordered__KKKKKKK"]
+    assert [row["episode"] for row in episodes] == ["episode-0", "episode-1", "episode-2"]
+    prompt = ("user", "Task: count the lines.")
+    assert turns(episodes[1]) == [prompt, ("user", "Summary one."), ("assistant", "second context")]
+    assert turns(episodes[2]) == [prompt, ("user", "Summary two."), ("assistant", "third context")]
+    assert "never referenced" not in json.dumps(rows)
+    (dangling,) = rows["dangling__LLLLLLL"]
+    assert turns(dangling) == [("user", "Task"), ("assistant", "only context")]
+    assert manifest["repairs"]["continuation_unreferenced"] == 1 and manifest["repairs"]["continuation_missing"] == 1
+    _, last = export(root, tmp_path / "last", episodes="last")
+    assert [row["episode"] for row in last["reordered__KKKKKKK"]] == ["episode-2"]
+
+
+def test_a_continuation_chain_that_comes_back_is_malformed(tmp_path: Path) -> None:
+    root = tmp_path / "trace_jobs"
+    write_trial(root, "cycle__SSSSSSS", [user(1, "Task"), agent(2, "first")],
+                extra_files={"agent/trajectory.cont-1.json": atif([user(1, "Task"), agent(2, "second")],
+                                                                  continued_trajectory_ref="trajectory.json")})
+    path = root / "cycle__SSSSSSS" / "agent" / "trajectory.json"
+    path.write_text(json.dumps(dict(json.loads(path.read_text()), continued_trajectory_ref="trajectory.cont-1.json")))
+    write_trial(root, "fine__TTTTTTT", [user(1, "Task"), agent(2, "done")])
+    manifest, rows = export(root, tmp_path / "out", min_coverage=0.5)
+    assert manifest["malformed"] == {"continuation_cycle": 1} and set(rows) == {"fine__TTTTTTT"}
+
+
+def test_text_part_lists_give_their_first_part(tmp_path: Path) -> None:
+    """Harbor's normalize_message_content: a list of content parts is its first part's text (for
+    observations, where Harbor applies it, and for messages, where its documentation says so)."""
+    root = tmp_path / "trace_jobs"
+    write_text_parts_trial(root)
+    write_message_parts_trial(root)
+    _, rows = export(root, tmp_path / "out")
+    (row,) = rows["text-parts__MMMMMMM"]
+    assert turns(row) == [("user", "Task"), ("assistant", "ls"), ("user", "a.txt\nc.txt"), ("assistant", "done")]
+    (row,) = rows["message-parts__UUUUUUU"]
+    assert turns(row) == [("user", "Task in parts:"), ("assistant", "ls"), ("user", "a.txt"), ("assistant", "done")]
+
+
+def test_an_image_part_refuses_the_export_as_harbor_does_unless_the_filter_leaves_it_out(tmp_path: Path) -> None:
+    root = tmp_path / "trace_jobs"
+    write_image_trial(root, reward=0.0)
+    write_trial(root, "solved__GGGGGGG", [user(1, "Task"), agent(2, "done")], reward=1.0)
+    out = tmp_path / "out"
+    with pytest.raises(RlkeepError) as caught:
+        export(root, out)
+    message = str(caught.value)
+    assert "screenshot__NNNNNNN" in message and "agent/trajectory.json step 2 observation result 1" in message
+    assert "image or audio" in message and not out.exists()  # nothing staged
+    manifest, rows = export(root, out, filter="success")  # Harbor filters before it reads
+    assert set(rows) == {"solved__GGGGGGG"} and manifest["trials_filtered_out"] == 1
+    with pytest.raises(RlkeepError, match="screenshot__NNNNNNN"):
+        export(root, tmp_path / "failures", filter="failure")
+
+
 def test_multi_part_observation_joins_every_part_with_newlines(tmp_path: Path) -> None:
     root = tmp_path / "trace_jobs"
     write_trial(root, "multi-part__CCCCCCC", [
@@ -150,19 +153,10 @@ def test_multi_part_observation_joins_every_part_with_newlines(tmp_path: Path) -
 
 def test_native_tools_put_a_tools_block_before_the_system_text(tmp_path: Path) -> None:
     root = tmp_path / "trace_jobs"
-    tools = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}},
-             {"type": "function", "function": {"name": "finish", "parameters": {"type": "object"}}}]
-    write_trial(root, "native-tools__DDDDDDD", [
-        {"step_id": 1, "source": "system", "message": "You are a coding agent."},
-        user(2, "Fix the bug."),
-        agent(3, "", reasoning="look first", calls=[{"tool_call_id": "c1", "function_name": "bash",
-                                                    "arguments": {"cmd": "ls"}}],
-              observation=[{"source_call_id": "c1", "content": "main.py"}]),
-        agent(4, "fixed", calls=[{"tool_call_id": "c2", "function_name": "finish", "arguments": {}}]),
-    ], agent={"name": "openhands", "version": "1", "model_name": MODEL, "tool_definitions": tools})
+    write_native_tools_trial(root)
     _, rows = export(root, tmp_path / "out")
-    (row,) = rows["native-tools__DDDDDDD"]
-    block = "<tools>\n" + json.dumps(tools, indent=2) + "\n</tools>"
+    (row,) = rows[NATIVE_TOOLS_TRIAL]
+    block = "<tools>\n" + json.dumps(TOOLS, indent=2) + "\n</tools>"
     assert turns(row) == [
         ("user", block + "\n\nYou are a coding agent."),  # Harbor: a system step is a user turn
         ("user", "Fix the bug."),
@@ -171,7 +165,7 @@ def test_native_tools_put_a_tools_block_before_the_system_text(tmp_path: Path) -
         ("user", "main.py"),
         ("assistant", 'fixed\n<tool_call>\n{"name": "finish", "arguments": {}}\n</tool_call>'),
     ]
-    assert json.loads(row["tool_definitions"]) == tools
+    assert row["tool_definitions"] == TOOLS  # a list of structs, as in Harbor's table
     assert row["instruction"] == "You are a coding agent." and row["agent"] == "openhands"
 
 

@@ -13,6 +13,9 @@ main rows; rlkeep sorts by trial. And Harbor builds its table with `Dataset.from
 keeps only the columns of the first row, so `tool_definitions` and `trace_source` exist in its
 output only when the first row has them; where Harbor has no such column rlkeep's value must be
 the empty one (null, `main`), and a one-trial tree with native tools checks `tool_definitions`.
+The Features `datasets.load_dataset` gives for the staged folder are compared with the Features of
+Harbor's table, column by column over Harbor's columns (`tool_definitions` is inferred from the data
+on both sides).
 """
 from __future__ import annotations
 
@@ -24,13 +27,16 @@ from typing import Any
 
 import pytest
 
+from rlkeep.errors import RlkeepError
 from rlkeep.redaction import Redactor
-from tests.test_traces_harbor import MODEL, agent, export, user, write_trial
+from tests.support.trace_trials import (
+    NATIVE_TOOLS_TRIAL, TOOLS, agent, export, user, write_dangling_continuation_trial, write_image_trial,
+    write_message_parts_trial, write_native_tools_trial, write_reordered_continuations_trial,
+    write_text_parts_trial, write_trial,
+)
 
 DEFAULT_HARBOR_PYTHON = Path.home() / ".cache" / "rlkeep-bench" / "harbor" / "bin" / "python"
 TOKEN = "hf" + "_" + "Q7mZ" * 8 + "x9"
-TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}},
-         {"type": "function", "function": {"name": "finish", "parameters": {"type": "object"}}}]
 # (episodes, Harbor's success_filter, rlkeep's filter)
 RUNS = [("all", None, "none"), ("last", "success", "success"), ("all", "failure", "failure")]
 
@@ -40,9 +46,13 @@ from harbor.utils.traces_utils import export_traces
 jobs = json.loads(sys.argv[1])
 out = {}
 for key, (root, episodes, success_filter) in jobs.items():
-    ds = export_traces(root, episodes=episodes, success_filter=success_filter, to_sharegpt=True,
-                       include_instruction=True, include_verifier_output=True, use_rich_progress=False)
-    out[key] = {"columns": list(ds.column_names), "rows": ds.to_list()}
+    try:
+        ds = export_traces(root, episodes=episodes, success_filter=success_filter, to_sharegpt=True,
+                           include_instruction=True, include_verifier_output=True, use_rich_progress=False)
+    except Exception as error:
+        out[key] = {"error": type(error).__name__, "message": str(error)}
+        continue
+    out[key] = {"columns": list(ds.column_names), "rows": ds.to_list(), "features": ds.features.to_dict()}
 with open(sys.argv[2], "w") as handle:
     json.dump(out, handle)
 """
@@ -59,7 +69,8 @@ def harbor_python() -> Path:
 
 
 def build_edge_cases(root: Path) -> None:
-    """Every edge case of issue 21 in one tree, plus a planted credential."""
+    """Every edge case of issue 21 in one tree (continuations chained out of file-name order, a
+    dangling reference, text-part lists among them), plus a planted credential."""
     write_trial(root, "two-users__AAAAAAA", [
         user(1, "You are an AI assistant."), user(2, "Task: print 42."),
         agent(3, "echo 42", observation=[{"content": "42"}]), agent(4, "done"),
@@ -80,7 +91,10 @@ def build_edge_cases(root: Path) -> None:
         agent(3, "</think>orphaned close", observation=[{"content": ""}]),
         agent(4, "done"),
     ], stdout=None)
-    write_native_tools(root)
+    write_native_tools_trial(root)
+    write_reordered_continuations_trial(root)
+    write_dangling_continuation_trial(root)
+    write_text_parts_trial(root)
     sub = {"schema_version": "ATIF-v1.6", "agent": {"name": "terminus-2-summarizer", "version": "1",
                                                      "model_name": "hosted_vllm/summarizer"},
            "steps": [{"step_id": 1, "source": "system", "message": "You summarize."},
@@ -108,17 +122,6 @@ def build_edge_cases(root: Path) -> None:
     write_trial(root, "leaky__JJJJJJJ", [user(1, f"  Task: use HF_TOKEN={TOKEN}  "),
                                           agent(2, "export", observation=[{"content": f"HF_TOKEN={TOKEN}"}]),
                                           agent(3, "done")])
-
-
-def write_native_tools(root: Path) -> None:
-    write_trial(root, "native-tools__DDDDDDD", [
-        {"step_id": 1, "source": "system", "message": "You are a coding agent."},
-        user(2, "Fix the bug."),
-        agent(3, "", reasoning="look first", calls=[{"tool_call_id": "c1", "function_name": "bash",
-                                                    "arguments": {"cmd": "ls"}}],
-              observation=[{"source_call_id": "c1", "content": "main.py"}]),
-        agent(4, "fixed", calls=[{"tool_call_id": "c2", "function_name": "finish"}]),
-    ], agent={"name": "openhands", "version": "1", "model_name": MODEL, "tool_definitions": TOOLS})
 
 
 def run_harbor(python: Path, jobs: dict[str, tuple[str, str, str | None]], tmp_path: Path) -> dict[str, Any]:
@@ -167,8 +170,6 @@ def compare(harbor: dict[str, Any], ours: dict[str, list[dict]], label: str) -> 
                 assert my_row[column] == empty, f"{label} {key}: Harbor has no {column}, rlkeep {my_row[column]!r}"
                 continue
             theirs_value, my_value = their_row[column], my_row[column]
-            if column == "tool_definitions" and my_value is not None:
-                my_value = json.loads(my_value)  # rlkeep keeps the definitions as JSON text
             if column == "trace_source" and theirs_value is None:
                 theirs_value = "main"
             if my_value == theirs_value:
@@ -185,10 +186,21 @@ def test_rows_match_harbors_exporter_up_to_redaction(tmp_path: Path) -> None:
     root = tmp_path / "trace_jobs"
     build_edge_cases(root)
     tools_root = tmp_path / "tools_only"
-    write_native_tools(tools_root)
+    write_native_tools_trial(tools_root)
     jobs = {f"{episodes}-{mine}": (str(root), episodes, theirs) for episodes, theirs, mine in RUNS}
     jobs["tools-only"] = (str(tools_root), "all", None)
+    media_root = tmp_path / "media"
+    write_image_trial(media_root, reward=0.0)
+    write_text_parts_trial(media_root)
+    jobs.update({f"media-{mine}": (str(media_root), "all", theirs) for _, theirs, mine in RUNS})
+    message_parts_root = tmp_path / "message_parts"
+    write_message_parts_trial(message_parts_root)
+    jobs["message-parts"] = (str(message_parts_root), "all", None)
     harbor = run_harbor(python, jobs, tmp_path)
+    assert all("error" not in harbor[key] for key in jobs if not key.startswith(("media-", "message-parts"))), harbor
+    # Harbor documents text content (normalize_message_content) but stops on a message given as parts;
+    # rlkeep's rows for it are checked against the documented rule in test_traces_harbor.py.
+    assert harbor["message-parts"].get("error") == "TypeError", harbor["message-parts"]
 
     assert TOKEN in json.dumps(harbor["all-none"]["rows"])  # Harbor keeps the credential ...
     differences = 0
@@ -202,7 +214,32 @@ def test_rows_match_harbors_exporter_up_to_redaction(tmp_path: Path) -> None:
     assert differences > 0, "the planted credential never made a difference: redaction was not exercised"
 
     assert "tool_definitions" in harbor["tools-only"]["columns"]
-    _, ours = export(tools_root, tmp_path / "tools-out", episodes="all", sharegpt=True)
+    manifest, ours = export(tools_root, tmp_path / "tools-out", episodes="all", sharegpt=True)
     assert compare(harbor["tools-only"], ours, "tools-only") == 0
-    (first, _) = ours["native-tools__DDDDDDD"]
-    assert json.loads(first["tool_definitions"]) == TOOLS
+    (first, _) = ours[NATIVE_TOOLS_TRIAL]
+    assert first["tool_definitions"] == TOOLS and manifest["tool_definitions"]["type"] == "list_of_structs"
+    assert_same_features(harbor["tools-only"], tmp_path / "tools-out", tmp_path)
+    assert_same_features(harbor["all-none"], tmp_path / "all-none", tmp_path)
+    check_media(harbor, media_root, tmp_path)
+
+
+def assert_same_features(harbor: dict[str, Any], staged: Path, tmp_path: Path) -> None:
+    """`datasets.load_dataset` on the staged folder gives Harbor's Features for Harbor's columns."""
+    datasets = pytest.importorskip("datasets", reason="`datasets` is in the test extra")
+    theirs = datasets.Features.from_dict(harbor["features"])
+    loaded = datasets.load_dataset(str(staged), cache_dir=str(tmp_path / "hf-cache"))["train"].features
+    for column in harbor["columns"]:
+        assert loaded[column] == theirs[column], f"{staged.name} {column}: {loaded[column]} against Harbor's {theirs[column]}"
+
+
+def check_media(harbor: dict[str, Any], media_root: Path, tmp_path: Path) -> None:
+    """An image part: Harbor refuses the export unless its filter leaves the trial out; so does rlkeep."""
+    for _, _, mine in RUNS:
+        theirs = harbor[f"media-{mine}"]
+        if mine == "success":  # the image trial failed: filtered out before anything is read
+            _, ours = export(media_root, tmp_path / f"media-{mine}", episodes="all", filter=mine, sharegpt=True)
+            assert compare(theirs, ours, f"media-{mine}") == 0
+            continue
+        assert theirs.get("error") == "MultimodalExportError", theirs
+        with pytest.raises(RlkeepError, match="screenshot__NNNNNNN.*image or audio"):
+            export(media_root, tmp_path / f"media-{mine}", episodes="all", filter=mine, sharegpt=True)

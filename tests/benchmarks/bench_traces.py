@@ -13,7 +13,18 @@ reported by os.wait4 (resource usage of the waited-for child). Full run: 5,000 a
 trials for the target (memory must stay under 1 GB at both), the baseline at 5,000.
 `--quick`: ~300 trials (smoke test, < 30 s with a warm cache).
 
+Harbor mode (`--harbor`): rlkeep's export against Harbor 0.26's own `export_traces` (run in its
+own interpreter: RLKEEP_HARBOR_PYTHON, else ~/.cache/rlkeep-bench/harbor/bin/python from
+`make harbor-env`; the mode is skipped with a message saying so when neither exists). Both read
+the same extracted trace tree (Harbor reads folders only) with the same options (episodes
+`last`, subagents, instruction and verifier output) and write parquet; they run interleaved,
+`--rounds` times, order reversed every other round (tests/benchmarks/peers.interleave). Per run:
+wall seconds, the child's own CPU seconds (the machine is shared, so trials per CPU second is the
+steadier figure) and its peak RSS (wait4). Issue 21's bar: rlkeep >= 5x Harbor's trials/s and
+under 300 MB at 5,000 trials. Figures go to bench/results/traces_vs_harbor_<trials>.json.
+
 Usage: .venv/bin/python tests/benchmarks/bench_traces.py [--quick] [--workdir DIR]
+       .venv/bin/python tests/benchmarks/bench_traces.py --harbor [--trials 1000] [--rounds 2]
 The last stdout line is one JSON object with the figures.
 """
 from __future__ import annotations
@@ -22,6 +33,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -75,11 +87,14 @@ def _redactor():
     return redactor_from_environment()
 
 
-def run_target(tar_path: Path, out: Path) -> dict:
+def run_target(source: Path, out: Path) -> dict:
+    """rlkeep's export of a sync tar or an extracted trace tree, with its own CPU seconds."""
     from rlkeep.traces import build_trace_dataset
 
-    manifest = build_trace_dataset(tar_path, out, redactor=_redactor(), min_coverage=0.0)
-    return {"rows": manifest["row_count"], "trials": manifest["result_count"], "shards": len(manifest["shards"])}
+    cpu_started = time.process_time()
+    manifest = build_trace_dataset(source, out, redactor=_redactor(), min_coverage=0.0)
+    return {"rows": manifest["row_count"], "trials": manifest["result_count"], "shards": len(manifest["shards"]),
+            "cpu_seconds": time.process_time() - cpu_started}
 
 
 def run_baseline(tar_path: Path, out: Path) -> dict:
@@ -87,13 +102,13 @@ def run_baseline(tar_path: Path, out: Path) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
     from rlkeep.traces import (
-        SCHEMA, MalformedTrial, _Scrubber, episode_conversations, iter_trials, read_trial,
+        SCHEMA, MalformedTrial, Scrubber, episode_conversations, iter_trials, read_trial,
     )
 
     scratch = out / "extracted"
     with tarfile.open(tar_path) as tar:
         tar.extractall(scratch, filter="data")
-    scrub = _Scrubber(_redactor())
+    scrub = Scrubber(_redactor())
     all_rows: list[dict] = []
     trials = 0
     for files in iter_trials(scratch):
@@ -114,40 +129,103 @@ def run_baseline(tar_path: Path, out: Path) -> dict:
     return {"rows": len(all_rows), "trials": trials, "shards": 1}
 
 
-# ------------------------------------------------------------------------------ Harbor, when it can run
+# ------------------------------------------------------------------------------ Harbor mode
 
-HARBOR_MIN_PYTHON = (3, 12)  # Harbor 0.26 (`harbor traces export`) requires Python >= 3.12
-
-
-def python_for_harbor() -> str | None:
-    """An interpreter that can run Harbor: on PATH, or under pyenv's versions folder."""
-    import glob
-
-    candidates = [shutil.which(f"python3.{minor}") for minor in range(HARBOR_MIN_PYTHON[1], 20)]
-    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
-    candidates += sorted(glob.glob(os.path.join(root, "versions", "3.*", "bin", "python3")))
-    for candidate in candidates:
-        if not candidate:
-            continue
-        probe = subprocess.run([candidate, "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True,
-                               text=True, check=False)
-        if probe.returncode == 0 and tuple(map(int, probe.stdout.split())) >= HARBOR_MIN_PYTHON:
-            return candidate
-    return None
+DEFAULT_HARBOR_PYTHON = Path.home() / ".cache" / "rlkeep-bench" / "harbor" / "bin" / "python"
+MEMORY_BAR_MB = 300
+SPEEDUP_BAR = 5.0
+# Harbor's exporter with the options rlkeep's defaults match; the last stdout line is the report.
+HARBOR_EXPORT = r"""
+import json, sys, time
+from harbor.utils.traces_utils import export_traces
+cpu_started = time.process_time()
+ds = export_traces(sys.argv[1], episodes="last", include_instruction=True, include_verifier_output=True,
+                   use_rich_progress=False)
+ds.to_parquet(sys.argv[2] + "/train.parquet")
+print(json.dumps({"rows": len(ds), "cpu_seconds": time.process_time() - cpu_started}))
+"""
 
 
-def harbor_comparison() -> dict:
-    """The side-by-side run against Harbor's own exporter is not part of this bench: say why, and
-    whether an interpreter that could run it is on the machine."""
-    interpreter = python_for_harbor()
-    if interpreter is None:
-        return {"harbor_compared": False,
-                "harbor_skipped": f"Harbor 0.26 needs Python >= {'.'.join(map(str, HARBOR_MIN_PYTHON))} "
-                                  "and none is on this machine (PATH or pyenv)"}
-    return {"harbor_compared": False, "harbor_python": interpreter,
-            "harbor_skipped": "a Python that can run Harbor is present, but this bench does not install Harbor "
-                              "(its own environment, never .venv) nor run `harbor traces export`; the comparison is "
-                              "the baseline above"}
+def harbor_python() -> Path | None:
+    named = os.environ.get("RLKEEP_HARBOR_PYTHON")
+    candidate = Path(named) if named else DEFAULT_HARBOR_PYTHON
+    return candidate if candidate.exists() else None
+
+
+def extracted_tree(tar_path: Path) -> Path:
+    """The trace tree of the tar (every file, as a trial folder holds them), extracted once."""
+    from rlkeep.traces import safe_extract
+
+    tree = tar_path.with_suffix(".tree")
+    marker = tar_path.with_suffix(".tree-done")
+    if marker.is_file() and marker.read_text() == tar_path.with_suffix(".done").read_text():
+        return tree
+    shutil.rmtree(tree, ignore_errors=True)
+    safe_extract(tar_path, tree)
+    marker.write_text(tar_path.with_suffix(".done").read_text())
+    return tree
+
+
+def _timed_run(command: list[str], out: Path, trials: int, env: dict[str, str] | None = None) -> dict:
+    from tests.benchmarks.peers import run_timed
+
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    timed = run_timed(command, env=env)
+    report = json.loads(timed.stdout.strip().splitlines()[-1])
+    shutil.rmtree(out, ignore_errors=True)
+    return {"seconds": timed.seconds, "cpu_seconds": report["cpu_seconds"], "rows": report["rows"],
+            "peak_rss_mb": round(timed.maxrss_mb, 1), "trials_per_s": round(trials / timed.seconds, 1),
+            "trials_per_cpu_s": round(trials / report["cpu_seconds"], 1)}
+
+
+def harbor_mode(trials: int, rounds: int, workdir: Path) -> dict:
+    """rlkeep and Harbor interleaved on the same tree; the figures for bench/results."""
+    from tests.benchmarks.peers import Contender, interleave
+
+    python = harbor_python()
+    if python is None:
+        return {"harbor_compared": False, "harbor_skipped": f"no Harbor environment: {DEFAULT_HARBOR_PYTHON} does not "
+                "exist and RLKEEP_HARBOR_PYTHON is not set; run `make harbor-env` (Harbor 0.26 from a Python >= 3.12)"}
+    tree = extracted_tree(generate_tar(workdir / f"trace_jobs-{trials}.tar", trials))
+    hf_home = workdir / "hf-home"
+    harbor_env = dict(os.environ, HF_HOME=str(hf_home), HF_DATASETS_OFFLINE="1", PYTHONPATH="")
+    rlkeep = Contender("rlkeep", lambda: _timed_run(
+        [sys.executable, __file__, "--child", "target-json", str(tree), str(workdir / "out-rlkeep"), "-"],
+        workdir / "out-rlkeep", trials))
+    harbor = Contender("harbor", lambda: _timed_run(
+        [str(python), "-c", HARBOR_EXPORT, str(tree), str(workdir / "out-harbor")], workdir / "out-harbor", trials,
+        harbor_env))
+    compared = interleave([rlkeep, harbor], rounds)
+    return {"harbor_compared": True, "harbor_python": str(python), **harbor_figures(compared, trials)}
+
+
+def harbor_figures(compared: dict, trials: int) -> dict:
+    runs = compared["runs"]
+
+    def median(name: str, key: str) -> float:
+        return statistics.median(run[key] for run in runs if run["name"] == name)
+
+    rows = {run["name"]: run["rows"] for run in runs}
+    speedup = round(median("rlkeep", "trials_per_s") / median("harbor", "trials_per_s"), 2)
+    cpu_speedup = round(median("rlkeep", "trials_per_cpu_s") / median("harbor", "trials_per_cpu_s"), 2)
+    rlkeep_rss = max(run["peak_rss_mb"] for run in runs if run["name"] == "rlkeep")
+    return {
+        "trials": trials, "input": "the same extracted trace tree for both (Harbor reads folders only)",
+        "options": "episodes=last, subagents, instruction and verifier output; parquet written",
+        "rounds": compared["rounds"], "subject": "rlkeep", "seconds": compared["seconds"],
+        "ratio_vs": compared["ratios"], "runs": runs,
+        "rows": rows, "rows_equal": rows.get("rlkeep") == rows.get("harbor"),
+        "rlkeep_trials_per_s": median("rlkeep", "trials_per_s"), "harbor_trials_per_s": median("harbor", "trials_per_s"),
+        "rlkeep_trials_per_cpu_s": median("rlkeep", "trials_per_cpu_s"),
+        "harbor_trials_per_cpu_s": median("harbor", "trials_per_cpu_s"),
+        "speedup_wall": speedup, "speedup_cpu": cpu_speedup,
+        "rlkeep_peak_rss_mb": rlkeep_rss, "harbor_peak_rss_mb": max(run["peak_rss_mb"] for run in runs
+                                                                     if run["name"] == "harbor"),
+        "bar": f"rlkeep >= {SPEEDUP_BAR}x Harbor's trials/s and < {MEMORY_BAR_MB} MB at 5,000 trials",
+        "speed_bar_met": min(speedup, cpu_speedup) >= SPEEDUP_BAR, "memory_bar_met": rlkeep_rss < MEMORY_BAR_MB,
+        "bar_measured_at_5000": trials >= 5000,
+    }
 
 
 # ------------------------------------------------------------------------------ parent side
@@ -173,15 +251,33 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--workdir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "rlkeep-bench-traces")
+    parser.add_argument("--harbor", action="store_true", help="compare with Harbor's exporter (see the docstring)")
+    parser.add_argument("--trials", type=int, default=1000, help="Harbor mode: trials in the tree (default 1000)")
+    parser.add_argument("--rounds", type=int, default=2, help="Harbor mode: interleaved rounds (default 2)")
     parser.add_argument("--child", nargs=4, metavar=("KIND", "TAR", "OUT", "REPORT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        kind, tar_path, out, report = args.child
+        kind, source, out, report = args.child
+        if kind == "target-json":  # Harbor mode: the report is the last stdout line
+            print(json.dumps(run_target(Path(source), Path(out))))
+            return
         runner = run_target if kind == "target" else run_baseline
-        Path(report).write_text(json.dumps(runner(Path(tar_path), Path(out))))
+        Path(report).write_text(json.dumps(runner(Path(source), Path(out))))
         return
 
     os.environ.setdefault("HF_TOKEN", "")  # the environment redactor reads it; no real token here
+    if args.harbor:
+        figures = harbor_mode(args.trials, args.rounds, args.workdir)
+        if figures["harbor_compared"]:
+            from tests.benchmarks.peers import write_results
+
+            path = write_results(f"traces_vs_harbor_{args.trials}", figures)
+            print(f"recorded {path}", file=sys.stderr)
+        else:
+            print(f"harbor: {figures['harbor_skipped']}", file=sys.stderr)
+        print(json.dumps({key: value for key, value in figures.items() if key != "runs"}))
+        return
+
     sizes = [300] if args.quick else [5000, 20000]
     baseline_size = sizes[0]
     figures: dict = {"bench": "traces", "peak_memory_method": "os.wait4 ru_maxrss of the measuring child"}
@@ -206,8 +302,7 @@ def main() -> None:
     figures["rows_match_baseline"] = baseline["rows"] == results[baseline_size]["rows"]
     figures["target_met"] = bool(figures["rows_match_baseline"]
                                  and all(r["peak_rss_mb"] < MEMORY_LIMIT_MB for r in results.values()))
-    figures.update(harbor_comparison())
-    print(f"harbor: {figures['harbor_skipped']}", file=sys.stderr)
+    figures["harbor"] = "not in this mode: run with --harbor"
     print(json.dumps(figures))
 
 

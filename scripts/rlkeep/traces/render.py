@@ -2,14 +2,18 @@
 
 Facts this follows (Harbor 0.26's `harbor.utils.traces_utils`, checked row by row against its
 exporter by tests/test_traces_vs_harbor.py):
-- Each trajectory file is one context the model saw: trajectory.json, then each
-  `trajectory.cont-N.json` after a context summarization. A row holds the steps of the file its
+- Each trajectory file is one context the model saw: trajectory.json, then each continuation
+  after a context summarization, in the order `continued_trajectory_ref` chains them
+  (rlkeep.traces.trial.continuation_chain). A row holds the steps of the file its
   episode lives in, so a post-summary row starts from what the model saw after the summary (the
   copied context and the summary), not from the whole history. Episodes keep counting across
   files; an agent step marked `is_copied_context` is context, not a new episode.
 - Roles: `system` and `user` steps -> "user", `agent` steps -> "assistant"; an observation is a
   "user" turn after its agent turn except after the row's final agent turn. Consecutive
   same-role turns stay apart (nothing is merged).
+- Media: a content list with an `image` or `audio` part in a step's message or an observation
+  result makes Harbor refuse the whole export (MultimodalExportError) instead of dropping it
+  from text rows; `media_field` finds it. Text-only content lists are read as above.
 - An observation with several results joins every result's content with newlines; a content
   given as a list of parts contributes its first part's text.
 - Agent turns: `<think>{reasoning}</think>`, the message and one
@@ -27,59 +31,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
-
-MAIN_SOURCE = "main"
 # Harbor 0.26 turns system steps into user turns (the task instruction from the user).
 ROLE_OF_SOURCE = {"system": "user", "user": "user", "agent": "assistant"}
 SHAREGPT_FROM = {"system": "system", "user": "human", "assistant": "gpt"}
 
-CONVERSATION_TYPE = pa.list_(pa.struct([
-    pa.field("role", pa.string(), nullable=False),
-    pa.field("content", pa.string(), nullable=False),
-]))
-SHAREGPT_TYPE = pa.list_(pa.struct([
-    pa.field("from", pa.string(), nullable=False),
-    pa.field("value", pa.string(), nullable=False),
-]))
-# Harbor 0.26's column order with every option on (tools in the first row, subagents present):
-# ShareGPT, when asked for, comes before trace_source (see column_names).
-TEXT_COLUMNS = ("agent", "model", "model_provider", "date", "task", "episode", "run_id", "trial_name",
-                "tool_definitions", "result", "instruction", "verifier_output", "trace_source")
-COLUMNS = ("conversations",) + TEXT_COLUMNS
-SHAREGPT_COLUMN = "conversations_sharegpt"
-
-
-def column_names(sharegpt: bool) -> list[str]:
-    """The columns in file order: COLUMNS, with the ShareGPT column before `trace_source`."""
-    names = list(COLUMNS)
-    if sharegpt:
-        names.insert(names.index("trace_source"), SHAREGPT_COLUMN)
-    return names
-# Shard names as Harbor's exporter (and `datasets.push_to_hub`) writes them.
-SHARD_NAME = "train-{index:05d}-of-{count:05d}.parquet"
-
-
-def _value() -> dict[str, str]:
-    return {"dtype": "string", "_type": "Value"}
-
-
-def hf_features(sharegpt: bool) -> dict[str, Any]:
-    """The `datasets` Features of the rows, in the form every `datasets` version reads (a list of
-    dicts is a list feature: `List` from datasets 4 on, a sequence of dicts before)."""
-    turns = {"conversations": [{"role": _value(), "content": _value()}],
-             SHAREGPT_COLUMN: [{"from": _value(), "value": _value()}]}
-    return {name: turns.get(name) or _value() for name in column_names(sharegpt)}
-
-
-def row_schema(sharegpt: bool = False) -> pa.Schema:
-    """The arrow schema with the `huggingface` Features metadata in the footer, so that
-    `datasets.load_dataset("parquet", ...)` gives the same Features as Harbor's export."""
-    turns = {"conversations": CONVERSATION_TYPE, SHAREGPT_COLUMN: SHAREGPT_TYPE}
-    fields = [pa.field(name, turns[name], nullable=False) if name in turns else pa.field(name, pa.string())
-              for name in column_names(sharegpt)]
-    metadata = json.dumps({"info": {"features": hf_features(sharegpt)}}, separators=(",", ":"))
-    return pa.schema(fields, metadata={b"huggingface": metadata.encode()})
+Conversation = list[tuple[str, str]]  # (role, content) turns of one row
 
 
 @dataclass(frozen=True)
@@ -107,6 +63,25 @@ def content_text(value: Any) -> str:
         text = value[0]["text"]
         return text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
     return json.dumps(value, ensure_ascii=False)
+
+
+MEDIA_PART_TYPES = ("image", "audio")
+
+
+def _has_media(content: Any) -> bool:
+    return isinstance(content, list) and any(isinstance(part, dict) and part.get("type") in MEDIA_PART_TYPES
+                                             for part in content)
+
+
+def media_field(step: dict[str, Any]) -> str | None:
+    """Where the step holds an image or audio content part (`message`, `observation result N`), as
+    Harbor 0.26 checks it; None for a text-only step."""
+    if _has_media(step.get("message")):
+        return "message"
+    for position, result in enumerate(_results(step)):
+        if _has_media(result.get("content")):
+            return f"observation result {position + 1}"
+    return None
 
 
 def render_agent_turn(step: dict[str, Any]) -> str:
@@ -180,7 +155,7 @@ def context_messages(steps: list[dict[str, Any]], scrub: Callable[[str], str], f
     return Context(messages), episode
 
 
-def episode_conversations(contexts: list[Context], episodes: str) -> Iterator[tuple[int, list[tuple[str, str]]]]:
+def episode_conversations(contexts: list[Context], episodes: str) -> Iterator[tuple[int, Conversation]]:
     """(episode, conversation) pairs, each conversation ending with its episode's agent turn and
     holding the turns of its context before it. `last` yields only the final episode."""
     final = max((m.episode for c in contexts for m in c.messages if m.episode is not None), default=None)
@@ -196,13 +171,13 @@ def episode_conversations(contexts: list[Context], episodes: str) -> Iterator[tu
                 return
 
 
-def whole_conversation(contexts: list[Context]) -> Iterator[tuple[int, list[tuple[str, str]]]]:
+def whole_conversation(contexts: list[Context]) -> Iterator[tuple[int, Conversation]]:
     """A subagent trajectory as one row (episode 0): every turn, the last observation included."""
     turns = [(m.role, m.content) for c in contexts for m in c.messages]
     if any(role == "assistant" for role, _ in turns):
         yield 0, turns
 
 
-def sharegpt(conversation: list[tuple[str, str]]) -> list[tuple[str, str]]:
+def sharegpt(conversation: Conversation) -> Conversation:
     """The same turns as ShareGPT (`from`: system / human / gpt, `value`)."""
     return [(SHAREGPT_FROM[role], content) for role, content in conversation]
