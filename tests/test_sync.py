@@ -103,15 +103,15 @@ def test_vanished_object_is_recorded_and_fails_by_policy(tmp_path: Path, bucket:
     tree = trace_tree(10)
     put_all(store, tree, "trace_jobs/")
     victim = sorted(tree)[3]
-    import rlkeep.sync as sync
+    import rlkeep.tarstream as tarstream
 
-    original = sync.fetch_in_order
+    original = tarstream.fetch_in_order
 
     def delete_then_fetch(st, infos, **kwargs):
         store.delete([f"trace_jobs/{victim}"])
         return original(st, infos, **kwargs)
 
-    monkeypatch.setattr(sync, "fetch_in_order", delete_then_fetch)
+    monkeypatch.setattr(tarstream, "fetch_in_order", delete_then_fetch)
     ctx = context(tmp_path, bucket)
     with pytest.raises(RlkeepError, match=rf"1 objects vanished between listing and fetch \(allowed: 0\), e.g. {victim}"):
         sync_traces_step(ctx)

@@ -5,7 +5,7 @@ test frees space (shrinks the ballast) the same command goes on, and the end equ
 
 Guards: rlkeep.diskspace.require_free, called before sync (listed bytes), the checkpoint download
 (bytes still to fetch) and the archive (kept bytes); steps.run_step's ENOSPC message for the writes
-whose size is not known up front; sync.TarOutput removing its .part when closing the tar itself fails.
+whose size is not known up front; tarstream.TarOutput removing its .part when closing the tar itself fails.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 reads of part of it. The real S3 server behind the fault proxy, which answers 403 AccessDenied
 (with the principal in the message, as AWS words it) for every GET under the denied sub-tree.
 
-Guard proven: sync.refuse_denied (fed by storage.ObjectDenied for a 403 read). Without it the
+Guard proven: tarstream.refuse_denied (fed by storage.ObjectDenied for a 403 read). Without it the
 denied objects are dropped as if absent and a tar + manifest are published short of them: the
 "nothing half-synced" assertions below fail. Without the ObjectDenied mapping the first 403 aborts
 the sync naming one key, and the count / identity assertions fail.
