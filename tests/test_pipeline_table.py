@@ -93,7 +93,7 @@ def test_planning_imports_no_heavy_library() -> None:
 
 
 @pytest.mark.parametrize("rule", ["capture_chain", "sync_logs", "list_checkpoints", "select_checkpoint",
-                                  "export_model", "done"])
+                                  "export_model", "verify_archive", "reclaim", "done"])
 def test_a_step_process_imports_only_what_its_step_uses(rule: str) -> None:
     """run_step.py's path: rlkeep.steps, then the row's own module; none of these steps uses a
     HEAVY library at import (export imports torch only to read a sharded checkpoint)."""
