@@ -81,7 +81,7 @@ PIPELINE: tuple[Step, ...] = (
     Step("sync_traces", "rlkeep.sync:sync_traces_step", TRACE_KINDS, 4000, 480, threads=2,
          evidence="sync/trace_jobs.manifest.json",
          remaining="fix the trace prefix or the skip policy named in the log, then rerun"),
-    Step("list_checkpoints", "rlkeep.checkpoints:list_checkpoints_step", RL, 1000, 30,
+    Step("list_checkpoints", "rlkeep.checkpoints.step:list_checkpoints_step", RL, 1000, 30,
          evidence="checkpoint/candidates.json",
          remaining="make the store's ckpts/ and exports/ listable, then rerun"),
     Step("metric_surface", "rlkeep.metrics:metric_surface_step", RL, 4000, 60, evidence="metrics/metrics.csv",
@@ -91,7 +91,7 @@ PIPELINE: tuple[Step, ...] = (
     Step("generation_stats", "rlkeep.generation_stats:generation_stats_step", RL, 2000, 60,
          evidence="metrics/generation.md",
          remaining="fix the trainer log tarball named in the log (rerun sync_logs), then rerun"),
-    Step("select_checkpoint", "rlkeep.checkpoints:select_checkpoint_step", RL, 1000, 15,
+    Step("select_checkpoint", "rlkeep.checkpoints.step:select_checkpoint_step", RL, 1000, 15,
          evidence="checkpoint/selected.json",
          remaining="declare checkpoint.rule in the record (ema_max, latest or step) from the listed candidates, "
                    "then rerun"),
