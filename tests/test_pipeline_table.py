@@ -59,6 +59,10 @@ def test_every_row_names_a_step_function_that_resolves() -> None:
         assert colon and module.startswith("rlkeep.") and name.endswith("_step"), step
         function = step.load()
         assert callable(function) and function.__name__ == name, (step, function)
+    # the name a package re-exports finds the row too (`rlkeep step rlkeep.archive:archive_step`)
+    assert step_for_target("rlkeep.archive:archive_step") is step_for_rule("archive")
+    with pytest.raises(RlkeepError, match="no row of rlkeep.pipeline.PIPELINE runs it"):
+        step_for_target("rlkeep.archive:no_such_step")
 
 
 # Libraries a planning process or a step that does not use them must not import (together about

@@ -143,8 +143,15 @@ def step_for_target(target: str) -> Step:
     """`rlkeep step`'s argument: a rule name, or the function as rlkeep.<module>:<function>."""
     if ":" not in target:
         return step_for_rule(target)
+    references = {target}
+    module, _, name = target.partition(":")
+    try:  # a name a package re-exports (rlkeep.archive:archive_step) finds the row of the module defining it
+        function = getattr(importlib.import_module(module), name)
+        references.add(f"{function.__module__}:{function.__name__}")
+    except (ImportError, AttributeError, ValueError):  # no such module or name: the error below
+        pass
     for step in PIPELINE:
-        if step.function == target:
+        if step.function in references:
             return step
     raise RlkeepError(f"step target {target!r}: no row of rlkeep.pipeline.PIPELINE runs it; expected a rule name "
                       f"({', '.join(STEP_BY_NAME)}) or rlkeep.<module>:<function> of one")
