@@ -11,11 +11,12 @@ Why a reference and not an imported function: this module is imported by every s
 (Snakemake starts one per job, about twenty per run) and by planning (rules/common.smk reads the
 table through rlkeep.kinds and rlkeep.report). Importing every step module here made each of them
 pay for pyarrow, huggingface_hub, numpy and the rest (about 0.6 s before the step did anything),
-and planning pay for all of it. Deferring those libraries into the functions that use them would
+and planning pay for all of it. Deferring every such library into the functions that use it would
 scatter imports through modules whose types and schemas are built from them; one reference per row
-keeps the cost decision in one place. tests/test_pipeline_table.py resolves every reference (a
-renamed or moved function fails there, not in a run) and checks that planning imports none of the
-heavy libraries.
+keeps the cost decision in one place (a module that serves two steps may still defer the one
+library only one of them needs, saying its cost: rlkeep.archive's Hub upload and redaction).
+tests/test_pipeline_table.py resolves every reference (a renamed or moved function fails there,
+not in a run) and checks that planning imports none of the heavy libraries.
 
 Everything else reads this table rather than restating it:
 - STEPS (the rows with `evidence`): the steps DONE, STATUS.json, REPORT.md and the campaign page
