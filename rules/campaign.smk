@@ -1,4 +1,4 @@
-# The campaign view (rlkeep/campaign.py): campaign/index.html, one row per record in records/,
+# The campaign view (rlkeep/campaign/): campaign/index.html, one row per record in records/,
 # and campaign/<job>.html per record. It reads only the records and the job folders (no network),
 # so it is cheap; the onsuccess/onerror handlers in common.smk rebuild it after every invocation,
 # and this rule makes it on demand (`snakemake campaign/index.html`, and the default target `all`).

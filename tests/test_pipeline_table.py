@@ -5,7 +5,9 @@ plans "Nothing to be done" after the one-time migration README describes (`--tou
 """
 from __future__ import annotations
 
+import ast
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -41,13 +43,67 @@ def test_every_rule_has_one_row_and_no_rule_names_its_function() -> None:
     for smk in (REPO / "rules").glob("*.smk"):
         assert "run=" not in smk.read_text(), smk  # the table, not a params string, picks the function
     for step in PIPELINE:
-        assert step.function.__name__.endswith("_step"), step
         assert step_for_rule(step.name) is step
-        assert step_for_target(f"{step.function.__module__}:{step.function.__name__}") is step
+        assert step_for_target(step.function) is step
         assert step.kinds <= set(KINDS), step
     assert [step.name for step in STEPS] == [step.name for step in PIPELINE if step.evidence]
     with pytest.raises(RlkeepError, match="no row in rlkeep.pipeline.PIPELINE"):
         step_for_rule("publish_modle")
+
+
+def test_every_row_names_a_step_function_that_resolves() -> None:
+    """The reference is the function's own module path and name: a renamed or moved function fails
+    here, not in a run."""
+    for step in PIPELINE:
+        module, colon, name = step.function.partition(":")
+        assert colon and module.startswith("rlkeep.") and name.endswith("_step"), step
+        function = step.load()
+        assert callable(function) and function.__name__ == name, (step, function)
+    # the name a package re-exports finds the row too (`rlkeep step rlkeep.archive:archive_step`)
+    assert step_for_target("rlkeep.archive:archive_step") is step_for_rule("archive")
+    with pytest.raises(RlkeepError, match="no row of rlkeep.pipeline.PIPELINE runs it"):
+        step_for_target("rlkeep.archive:no_such_step")
+
+
+# Libraries a planning process or a step that does not use them must not import (together about
+# half a second per process, paid ~20 times per run before the table held references).
+HEAVY = ("pyarrow", "pandas", "matplotlib", "huggingface_hub", "boto3", "botocore", "numpy", "torch")
+
+
+def snakefile_imports() -> list[str]:
+    """The rlkeep modules the Snakefile and its rules import (top level or inside input functions)."""
+    sources = [REPO / "Snakefile", *sorted((REPO / "rules").glob("*.smk"))]
+    found = {match for path in sources
+             for match in re.findall(r"^\s*(?:from|import) (rlkeep[\w.]*)", path.read_text(), re.M)}
+    return sorted(found)
+
+
+def heavy_modules_after(code: str) -> list[str]:
+    """The HEAVY libraries a fresh interpreter has imported after running `code`."""
+    probe = code + f"\nimport sys\nprint(sorted(name for name in {HEAVY!r} if name in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO / "scripts")})
+    return ast.literal_eval(result.stdout.strip().splitlines()[-1])
+
+
+def test_planning_imports_no_heavy_library() -> None:
+    modules = snakefile_imports()
+    assert {"rlkeep.records", "rlkeep.steps", "rlkeep.pipeline", "rlkeep.report"} <= set(modules), modules
+    planning = "\n".join(f"import {module}" for module in modules) + (
+        "\nfrom rlkeep.kinds import KINDS\nfrom rlkeep.pipeline import STEPS\n"
+        "for kind in KINDS.values():\n    kind.steps, kind.verify_sentinels\n"
+        "[step.evidence for step in STEPS]")
+    assert heavy_modules_after(planning) == []
+
+
+@pytest.mark.parametrize("rule", ["capture_chain", "sync_logs", "list_checkpoints", "select_checkpoint",
+                                  "export_model", "verify_archive", "reclaim", "done"])
+def test_a_step_process_imports_only_what_its_step_uses(rule: str) -> None:
+    """run_step.py's path: rlkeep.steps, then the row's own module; none of these steps uses a
+    HEAVY library at import (export imports torch only to read a sharded checkpoint)."""
+    loaded = heavy_modules_after(f"import rlkeep.steps\nfrom rlkeep.pipeline import step_for_rule\n"
+                                 f"step_for_rule({rule!r}).load()")
+    assert loaded == []
 
 
 def test_the_slurm_profile_sizes_every_rule_as_the_table_does() -> None:

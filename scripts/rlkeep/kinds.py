@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlkeep.errors import RecordError
+from rlkeep.pipeline import STEP_BY_NAME, steps_for_kind
 
 # Record sections that only some kinds have: a record of another kind that names one is refused
 # (an SFT record with checkpoint.rule would otherwise look as if rlkeep selected something).
@@ -43,16 +44,12 @@ class KindSpec:
     @property
     def steps(self) -> tuple[str, ...]:
         """The steps of rlkeep.pipeline's table that apply to this kind, in table order."""
-        from rlkeep.pipeline import steps_for_kind  # the table imports every step module, and they import this one
-
         return steps_for_kind(self.name)
 
     @property
     def verify_sentinels(self) -> tuple[str, ...]:
         """The verify/<name>.json files that must exist before reclamation (archive always): rl's
         model_upload (the model on the Hub, its trace link pending) and model (the complete card)."""
-        from rlkeep.pipeline import STEP_BY_NAME  # see `steps`
-
         return tuple(STEP_BY_NAME[step].verify for step in self.steps if STEP_BY_NAME[step].verify)
 
     def applies(self, step: str) -> bool:

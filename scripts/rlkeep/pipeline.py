@@ -1,9 +1,22 @@
 """The one step table: every rule that runs a package function, what it runs, for which run kinds,
 what proves it, and what it needs from a cluster.
 
-Follow a rule to its code: `rules/<stage>.smk` names the rule; its row here names the function
-(a real import: an editor or a type checker goes straight to it); `scripts/run_step.py` hands the
-Snakemake job to `rlkeep.steps.run_from_snakemake`, which picks the row by `snakemake.rule`.
+Follow a rule to its code: `rules/<stage>.smk` names the rule; its row here names the function as
+`rlkeep.<module>:<function>` (the module path and the function's own name, nothing computed: grep
+or "go to file" finds it, and `rlkeep step rlkeep.<module>:<function> --job J` runs it by hand);
+`scripts/run_step.py` hands the Snakemake job to `rlkeep.steps.run_from_snakemake`, which picks the
+row by `snakemake.rule` and imports only that row's module (`Step.load`).
+
+Why a reference and not an imported function: this module is imported by every step process
+(Snakemake starts one per job, about twenty per run) and by planning (rules/common.smk reads the
+table through rlkeep.kinds and rlkeep.report). Importing every step module here made each of them
+pay for pyarrow, huggingface_hub, numpy and the rest (about 0.6 s before the step did anything),
+and planning pay for all of it. Deferring every such library into the functions that use it would
+scatter imports through modules whose types and schemas are built from them; one reference per row
+keeps the cost decision in one place (a module that serves two steps may still defer the one
+library only one of them needs, saying its cost: rlkeep.archive's Hub upload and redaction).
+tests/test_pipeline_table.py resolves every reference (a renamed or moved function fails there,
+not in a run) and checks that planning imports none of the heavy libraries.
 
 Everything else reads this table rather than restating it:
 - STEPS (the rows with `evidence`): the steps DONE, STATUS.json, REPORT.md and the campaign page
@@ -16,28 +29,16 @@ Everything else reads this table rather than restating it:
   file does not name from this table).
 
 The function is not a Snakemake `params` entry, so renaming or moving it never reruns a finished
-step. This module imports every step module: modules below it (kinds, report, steps) read the
-table when called, never at import time.
+step. This module imports no step module, so any module may import it at its top.
 """
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rlkeep.archive import archive_step, verify_archive_step
-from rlkeep.checkpoints import list_checkpoints_step, select_checkpoint_step
 from rlkeep.errors import RlkeepError
-from rlkeep.export import export_step
-from rlkeep.generation_stats import generation_stats_step
-from rlkeep.hub import link_model_card_step, publish_model_step, publish_traces_step, stage_model_step
-from rlkeep.metrics import metric_surface_step, trial_table_step
-from rlkeep.reclaim import reclaim_step
-from rlkeep.registry import register_step
-from rlkeep.report import done_step
-from rlkeep.scheduler import capture_chain_step, stop_retries_step
-from rlkeep.sync import sync_logs_step, sync_traces_step
-from rlkeep.traces import stage_traces_step
 
 if TYPE_CHECKING:
     from rlkeep.steps import StepContext
@@ -51,7 +52,7 @@ TRACE_PUBLISHING = frozenset({"rl", "datagen"})  # kinds that can publish a trac
 @dataclass(frozen=True)
 class Step:
     name: str  # the Snakemake rule (rules/*.smk) and the step's name in DONE
-    function: Callable[[StepContext], None]
+    function: str  # "rlkeep.<module>:<function>", imported by the process that runs the step (load)
     kinds: frozenset[str]  # the run kinds (rlkeep.kinds) it applies to
     mem_mb: int  # SLURM memory and wall time (minutes), sized for an 8B run with a few hundred
     runtime: int  # thousand trace objects; memory is bounded by rlkeep's streaming, not run size
@@ -65,51 +66,62 @@ class Step:
     # the publication steps only write not_applicable): it is blocked while one of them is
     needs: tuple[str, ...] = ()
 
+    def load(self) -> Callable[[StepContext], None]:
+        """The step's function, importing its module (and only its module's imports) now."""
+        module, _, name = self.function.partition(":")
+        return getattr(importlib.import_module(module), name)
+
 
 PIPELINE: tuple[Step, ...] = (
-    Step("capture_chain", capture_chain_step, ALL_KINDS, 1000, 15, evidence="chain.json",
+    Step("capture_chain", "rlkeep.scheduler:capture_chain_step", ALL_KINDS, 1000, 15, evidence="chain.json",
          remaining="make the Iris chain readable (iris on PATH, cluster reachable) and rerun"),
-    Step("stop_retries", stop_retries_step, ALL_KINDS, 1000, 15, evidence="retries.json",
+    Step("stop_retries", "rlkeep.scheduler:stop_retries_step", ALL_KINDS, 1000, 15, evidence="retries.json",
          remaining="stop the run's pending retries, then rerun"),
-    Step("sync_logs", sync_logs_step, ALL_KINDS, 4000, 120, evidence="sync/logs.manifest.json",
+    Step("sync_logs", "rlkeep.sync:sync_logs_step", ALL_KINDS, 4000, 120, evidence="sync/logs.manifest.json",
          remaining="make every attempt's trainer log readable, then rerun"),
-    Step("sync_traces", sync_traces_step, TRACE_KINDS, 4000, 480, threads=2, evidence="sync/trace_jobs.manifest.json",
+    Step("sync_traces", "rlkeep.sync:sync_traces_step", TRACE_KINDS, 4000, 480, threads=2,
+         evidence="sync/trace_jobs.manifest.json",
          remaining="fix the trace prefix or the skip policy named in the log, then rerun"),
-    Step("list_checkpoints", list_checkpoints_step, RL, 1000, 30, evidence="checkpoint/candidates.json",
+    Step("list_checkpoints", "rlkeep.checkpoints.step:list_checkpoints_step", RL, 1000, 30,
+         evidence="checkpoint/candidates.json",
          remaining="make the store's ckpts/ and exports/ listable, then rerun"),
-    Step("metric_surface", metric_surface_step, RL, 4000, 60, evidence="metrics/metrics.csv",
+    Step("metric_surface", "rlkeep.metrics.step:metric_surface_step", RL, 4000, 60, evidence="metrics/metrics.csv",
          remaining="fix the trainer log named in the log, then rerun"),
-    Step("trial_table", trial_table_step, RL, 4000, 120, evidence="metrics/trials.csv",
+    Step("trial_table", "rlkeep.metrics.step:trial_table_step", RL, 4000, 120, evidence="metrics/trials.csv",
          remaining="fix the trace tarball named in the log (rerun sync_traces), then rerun"),
-    Step("generation_stats", generation_stats_step, RL, 2000, 60, evidence="metrics/generation.md",
+    Step("generation_stats", "rlkeep.generation_stats:generation_stats_step", RL, 2000, 60,
+         evidence="metrics/generation.md",
          remaining="fix the trainer log tarball named in the log (rerun sync_logs), then rerun"),
-    Step("select_checkpoint", select_checkpoint_step, RL, 1000, 15, evidence="checkpoint/selected.json",
+    Step("select_checkpoint", "rlkeep.checkpoints.step:select_checkpoint_step", RL, 1000, 15,
+         evidence="checkpoint/selected.json",
          remaining="declare checkpoint.rule in the record (ema_max, latest or step) from the listed candidates, "
                    "then rerun"),
-    Step("export_model", export_step, RL, 16000, 240, threads=2, evidence="export.json",
+    Step("export_model", "rlkeep.export.step:export_step", RL, 16000, 240, threads=2, evidence="export.json",
          remaining="consolidate the selected checkpoint as the log says (an export job for Megatron), then rerun"),
-    Step("stage_model", stage_model_step, RL, 4000, 120),
-    Step("publish_model", publish_model_step, RL, 4000, 480, evidence="verify/model_upload.json",
+    Step("stage_model", "rlkeep.hub:stage_model_step", RL, 4000, 120),
+    Step("publish_model", "rlkeep.hub:publish_model_step", RL, 4000, 480, evidence="verify/model_upload.json",
          verify="model_upload", upstream=("stage_model",),
          remaining="fix the publication problem named in the log (staging is kept), then rerun: the upload resumes"),
-    Step("stage_traces", stage_traces_step, TRACE_PUBLISHING, 8000, 240, threads=2),
-    Step("publish_traces", publish_traces_step, TRACE_PUBLISHING, 4000, 240, evidence="verify/traces.json",
+    Step("stage_traces", "rlkeep.traces:stage_traces_step", TRACE_PUBLISHING, 8000, 240, threads=2),
+    Step("publish_traces", "rlkeep.hub:publish_traces_step", TRACE_PUBLISHING, 4000, 240, evidence="verify/traces.json",
          verify="traces", upstream=("stage_traces",), needs=("sync_traces",),
          remaining="fix the trace dataset problem named in the log (coverage, Hub), then rerun"),
-    Step("link_model_card", link_model_card_step, RL, 4000, 240, evidence="verify/model.json", verify="model",
+    Step("link_model_card", "rlkeep.hub:link_model_card_step", RL, 4000, 240,
+         evidence="verify/model.json", verify="model",
          needs=("publish_model", "publish_traces"),
          remaining="the model card links the trace dataset only once verify/traces.json exists: fix what holds "
                    "the traces back (named in the reason), then rerun; the link is one commit that changes "
                    "README.md only"),
-    Step("register", register_step, RL, 1000, 15, evidence="register.json",
+    Step("register", "rlkeep.registry:register_step", RL, 1000, 15, evidence="register.json",
          remaining="resolve the registry problem named in the log, then rerun"),
-    Step("archive", archive_step, ALL_KINDS, 4000, 240, threads=2, evidence="archive/MANIFEST",
+    Step("archive", "rlkeep.archive.step:archive_step", ALL_KINDS, 4000, 240, threads=2, evidence="archive/MANIFEST",
          remaining="fix the archive problem named in the log, then rerun"),
-    Step("verify_archive", verify_archive_step, ALL_KINDS, 2000, 240, evidence="verify/archive.json",
+    Step("verify_archive", "rlkeep.archive.step:verify_archive_step", ALL_KINDS, 2000, 240,
+         evidence="verify/archive.json",
          verify="archive", remaining="make archive.dest reachable or fix the mismatch named in the log, then rerun"),
-    Step("reclaim", reclaim_step, ALL_KINDS, 2000, 240, evidence="reclaim.json",
+    Step("reclaim", "rlkeep.reclaim:reclaim_step", ALL_KINDS, 2000, 240, evidence="reclaim.json",
          remaining="rerun with --config reclaim_authorized=<job> once every verification passed"),
-    Step("done", done_step, ALL_KINDS, 1000, 15),
+    Step("done", "rlkeep.report:done_step", ALL_KINDS, 1000, 15),
 )
 
 STEPS: tuple[Step, ...] = tuple(step for step in PIPELINE if step.evidence is not None)
@@ -133,8 +145,15 @@ def step_for_target(target: str) -> Step:
     """`rlkeep step`'s argument: a rule name, or the function as rlkeep.<module>:<function>."""
     if ":" not in target:
         return step_for_rule(target)
+    references = {target}
+    module, _, name = target.partition(":")
+    try:  # a name a package re-exports (rlkeep.archive:archive_step) finds the row of the module defining it
+        function = getattr(importlib.import_module(module), name)
+        references.add(f"{function.__module__}:{function.__name__}")
+    except (ImportError, AttributeError, ValueError):  # no such module or name: the error below
+        pass
     for step in PIPELINE:
-        if f"{step.function.__module__}:{step.function.__name__}" == target:
+        if step.function in references:
             return step
     raise RlkeepError(f"step target {target!r}: no row of rlkeep.pipeline.PIPELINE runs it; expected a rule name "
                       f"({', '.join(STEP_BY_NAME)}) or rlkeep.<module>:<function> of one")

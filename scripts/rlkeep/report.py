@@ -17,25 +17,12 @@ from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
 from rlkeep.kinds import spec_for
 from rlkeep.metrics import without_metrics_markdown
+from rlkeep.pipeline import STEP_BY_NAME, STEPS, Step
 from rlkeep.records import JobRecord, load_record
 from rlkeep.tracker import tracker_of
 
 if TYPE_CHECKING:
-    from rlkeep.pipeline import Step
     from rlkeep.steps import StepContext
-
-
-def _steps() -> tuple[Step, ...]:
-    """The steps DONE reports on (rlkeep.pipeline.STEPS), in table order."""
-    from rlkeep.pipeline import STEPS  # the table imports every step module, this one too (done_step)
-
-    return STEPS
-
-
-def _step(name: str) -> Step:
-    from rlkeep.pipeline import STEP_BY_NAME  # see _steps
-
-    return STEP_BY_NAME[name]
 
 
 def step_status(job_dir: Path, step: Step, publishing: bool = True) -> dict[str, Any]:
@@ -54,7 +41,7 @@ def step_status(job_dir: Path, step: Step, publishing: bool = True) -> dict[str,
         if held is not None:
             root, info = held
             return {"status": "blocked", "blocked_by": root, "log": info["log"], "remaining": step.remaining,
-                    "reason": f"waits for {_step(name).evidence} ({name}); {root} is blocked: {info['reason']}"}
+                    "reason": f"waits for {STEP_BY_NAME[name].evidence} ({name}); {root} is blocked: {info['reason']}"}
     for rule in (*step.upstream, step.name):
         reason = last_error(job_dir / "logs" / f"{rule}.log")
         if reason is not None:
@@ -64,11 +51,11 @@ def step_status(job_dir: Path, step: Step, publishing: bool = True) -> dict[str,
 
 def _blocked_need(job_dir: Path, name: str) -> tuple[str, dict[str, Any]] | None:
     """(the step at the root of the blockage, its status) when step `name` is blocked."""
-    info = step_status(job_dir, _step(name))
+    info = step_status(job_dir, STEP_BY_NAME[name])
     if info["status"] != "blocked":
         return None
     root = info.get("blocked_by", name)
-    return root, step_status(job_dir, _step(root)) if root != name else info
+    return root, step_status(job_dir, STEP_BY_NAME[root]) if root != name else info
 
 
 def last_error(log_path: Path) -> str | None:
@@ -92,7 +79,7 @@ def collect_steps(job_dir: Path, kind: str | None = None, publishing: bool = Tru
 
     spec = spec_for(kind)
     return {step.name: step_status(job_dir, step, publishing) if spec.applies(step.name) else
-            {"status": "not_applicable", "reason": f"does not apply to a {spec.name} run"} for step in _steps()}
+            {"status": "not_applicable", "reason": f"does not apply to a {spec.name} run"} for step in STEPS}
 
 
 @functools.lru_cache(maxsize=1)
@@ -251,7 +238,7 @@ def build_completion_record(job_dir: Path, record: JobRecord,
                     or _optional_json(job_dir / "verify" / "model_upload.json") or {})
     verify_traces = _optional_json(job_dir / "verify" / "traces.json") or {}
     verify_archive = _optional_json(job_dir / "verify" / "archive.json") or {}
-    verify_steps = {step.verify: step.name for step in _steps() if step.verify}
+    verify_steps = {step.verify: step.name for step in STEPS if step.verify}
     register = _optional_json(job_dir / "register.json")
     reclaim = _optional_json(job_dir / "reclaim.json") or {}
     remaining = [
@@ -382,7 +369,7 @@ def build_status(job_dir: Path, kind: str | None = None, *, record: JobRecord | 
         by_status.setdefault(info["status"], []).append(name)
     remaining = [
         {"step": name, "status": info["status"], "reason": info.get("reason"), "remaining": info.get("remaining"),
-         "command": continue_command(job_dir.name, _step(name), invocation)}
+         "command": continue_command(job_dir.name, STEP_BY_NAME[name], invocation)}
         for name, info in steps.items()
         if info["status"] in {"blocked", "pending"}
     ]

@@ -19,15 +19,13 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rlkeep.diskspace import is_no_space, no_space_message
 from rlkeep.errors import RlkeepError, StepTerminated
+from rlkeep.pipeline import Step, step_for_rule, step_for_target
 from rlkeep.records import JobRecord, load_record, record_path
 from rlkeep.regions import Region, compare
-
-if TYPE_CHECKING:
-    from rlkeep.pipeline import Step
 
 log = logging.getLogger("rlkeep")
 
@@ -130,12 +128,13 @@ def _say(message: str, step: str) -> None:
 
 def run_step(step: Step, ctx: StepContext) -> int:
     """Run one row of the step table; the exit status of the step (0, 1, or 128 + a stop signal)."""
-    target = f"{step.name} ({step.function.__module__}:{step.function.__name__})"
+    target = f"{step.name} ({step.function})"
+    function = step.load()
     started = time.monotonic()
     log.info("step %s for job %s", target, ctx.job)
     try:
         with stop_signals_raise():
-            step.function(ctx)
+            function(ctx)
     except RlkeepError as error:
         _remove_outputs(ctx)
         log.error("step %s failed after %.1fs", target, time.monotonic() - started)
@@ -181,8 +180,6 @@ def context_from_snakemake(smk: Any) -> StepContext:
 def run_from_snakemake(smk: Any) -> None:
     """Entry point of scripts/run_step.py: run the function of the rule's row in rlkeep.pipeline's
     table, log to the rule's log file, exit with the step's status."""
-    from rlkeep.pipeline import step_for_rule  # the table imports every step module, which import this one
-
     log_path = Path(smk.log[0])
     log_path.parent.mkdir(parents=True, exist_ok=True)
     stream = open(log_path, "a", buffering=1, encoding="utf-8", errors="replace")
@@ -204,8 +201,6 @@ def run_from_snakemake(smk: Any) -> None:
 
 def cli_main(argv: list[str]) -> int:
     """`rlkeep step RULE --job J`: run one step by hand, outside Snakemake."""
-    from rlkeep.pipeline import step_for_target  # see run_from_snakemake
-
     parser = argparse.ArgumentParser(prog="rlkeep step")
     parser.add_argument("target", help="the rule's name (rlkeep.pipeline), or rlkeep.<module>:<function>")
     parser.add_argument("--job", required=True)

@@ -145,6 +145,14 @@ class _LogOnAFullDisk(io.StringIO):
         raise OSError(errno.ENOSPC, "No space left on device")
 
 
+def fills_the_disk(ctx: StepContext) -> None:
+    """A step (run by reference, as the table's rows are) whose model folder fills the disk."""
+    model = ctx.outputs["model"]
+    model.mkdir(parents=True)
+    (model / "model.safetensors").write_bytes(b"\0" * 4096)
+    raise OSError(errno.ENOSPC, "No space left on device", str(ctx.outputs["export"]))
+
+
 def test_a_step_that_fills_the_disk_frees_its_directory_output_and_still_says_why(tmp_path: Path, monkeypatch,
                                                                                   capfd) -> None:
     """Found by CI: export_model filled the disk with its model folder, then failed writing export.json;
@@ -154,13 +162,8 @@ def test_a_step_that_fills_the_disk_frees_its_directory_output_and_still_says_wh
     model = tmp_path / "job" / "model"
     export = tmp_path / "job" / "export.json"
 
-    def fills_the_disk(ctx: StepContext) -> None:
-        model.mkdir(parents=True)
-        (model / "model.safetensors").write_bytes(b"\0" * 4096)
-        raise OSError(errno.ENOSPC, "No space left on device", str(export))
-
     monkeypatch.setattr(sys, "stderr", _LogOnAFullDisk())
-    step = Step("export_model", fills_the_disk, frozenset({"rl"}), 1000, 15)
+    step = Step("export_model", f"{__name__}:fills_the_disk", frozenset({"rl"}), 1000, 15)
     ctx = StepContext(job="job", record=None, data_root=tmp_path, inputs={},
                       outputs={"model": model, "export": export})
     assert run_step(step, ctx) == 1

@@ -45,7 +45,7 @@ def slow_sync(ctx):
         print("WRITING", flush=True)
         time.sleep(120)
 
-step = Step("sync_logs", slow_sync, frozenset({"rl"}), 1000, 15)
+step = Step("sync_logs", "__main__:slow_sync", frozenset({"rl"}), 1000, 15)
 ctx = steps.StepContext(job="j", record=None, data_root=target.parent, inputs={}, outputs={"tar": target})
 sys.exit(steps.run_step(step, ctx))
 """

@@ -1,0 +1,257 @@
+"""Build the archive: one deterministic `.tgz` of everything informative, plus its MANIFEST.
+
+Members are streamed from the source tars straight into the output (random access into the
+plain tar, no extraction to disk) in sorted order with fixed metadata, and the gzip header
+carries no time and no file name, so the same inputs give the same bytes. The MANIFEST is
+also the archive's first member, so the tarball describes itself when found alone.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+import tarfile
+import zlib
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from rlkeep.archive.manifest import (
+    DEFAULT_LARGE_THRESHOLD,
+    MANIFEST_MEMBER,
+    ManifestEntry,
+    archive_rule,
+    manifest_text,
+)
+from rlkeep.diskspace import TAR_OVERHEAD_PER_MEMBER, require_free
+from rlkeep.errors import RlkeepError
+from rlkeep.jsonio import atomic_write_bytes
+from rlkeep.sync import HashingWriter, tar_member
+
+TREE_NAMES = ("logs", "trace_jobs", "eval_jobs", "rlkeep")  # eval_jobs: eval runs (rlkeep.kinds)
+GZIP_LEVEL = 6  # level 9 costs ~3x the CPU for a few percent on text-heavy trees
+
+
+# --------------------------------------------------------------------------- sources
+
+
+@dataclass(frozen=True)
+class Planned:
+    entry: ManifestEntry
+    tar_index: int | None  # which source tar, or None for a job file
+    tarinfo: tarfile.TarInfo | None
+    path: Path | None
+
+
+def _check_member_name(name: str, where: str) -> str:
+    clean = name.removeprefix("./")
+    if (not clean or clean.startswith("/") or "\x00" in clean or "\\" in clean
+            or any(part in {"", ".", ".."} for part in clean.rstrip("/").split("/"))):
+        raise RlkeepError(f"{where}: member {name!r} has an unsafe name ('..', absolute or empty segments); "
+                          "refusing to archive it")
+    return clean
+
+
+def _plan_tar(tree: str, tar: tarfile.TarFile, index: int, tar_path: Path, large_threshold: int) -> Iterator[Planned]:
+    seen: set[str] = set()
+    try:
+        members = tar.getmembers()
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as error:
+        raise RlkeepError(f"{tar_path}: not a readable tar ({error})") from None
+    for info in members:
+        if info.isdir():
+            continue  # folders are implied by their files
+        name = _check_member_name(info.name, str(tar_path))
+        if name in seen:
+            raise RlkeepError(f"{tar_path}: member {name!r} appears twice; expected each object once (sync writes it once)")
+        seen.add(name)
+        member = f"{tree}/{name}"
+        if not info.isfile():
+            yield Planned(ManifestEntry(member, 0, "not_a_regular_file"), None, None, None)
+            continue
+        reason = archive_rule(member, info.size, large_threshold=large_threshold)
+        yield Planned(ManifestEntry(member, info.size, reason), index if reason is None else None,
+                      info if reason is None else None, None)
+
+
+def _plan_files(extra_files: list[tuple[str, Path]], large_threshold: int) -> Iterator[Planned]:
+    for name, path in extra_files:
+        member = f"rlkeep/{_check_member_name(name, f'extra file {path}')}"
+        path = Path(path)
+        if not path.is_file():
+            raise RlkeepError(f"{path}: job file for archive member {member} does not exist or is not a regular file")
+        size = path.stat().st_size
+        reason = archive_rule(member, size, large_threshold=large_threshold)
+        yield Planned(ManifestEntry(member, size, reason), None, None, path if reason is None else None)
+
+
+def job_files(job_dir: Path, record_path: Path) -> list[tuple[str, Path]]:
+    """The job's small files for `extra_files`: metrics/, chain.json, retries.json, sync manifests, record.
+
+    Member names are relative to the archive's `rlkeep/` folder. Missing required files raise.
+    """
+    job_dir, record_path = Path(job_dir), Path(record_path)
+    files: list[tuple[str, Path]] = []
+    for name in ("chain.json", "retries.json", "sync/logs.manifest.json", "sync/trace_jobs.manifest.json"):
+        path = job_dir / name
+        if not path.is_file():
+            raise RlkeepError(f"{path}: missing; the archive needs it (run the capture and sync steps first)")
+        files.append((name, path))
+    metrics = job_dir / "metrics"
+    if not metrics.is_dir():
+        raise RlkeepError(f"{metrics}: missing; the archive needs the metric surface (run the metrics step first)")
+    for path in sorted(metrics.rglob("*")):
+        if path.is_file() and not path.name.startswith("."):
+            files.append((f"metrics/{path.relative_to(metrics).as_posix()}", path))
+    if not record_path.is_file():
+        raise RlkeepError(f"{record_path}: job record missing")
+    files.append((f"records/{record_path.name}", record_path))
+    return files
+
+
+# --------------------------------------------------------------------------- writing
+
+
+class _ExactReader:
+    """Reads a job file and fails if it is not exactly the planned size (it changed meanwhile)."""
+
+    def __init__(self, handle: IO[bytes], size: int, where: str) -> None:
+        self.handle, self.left, self.where = handle, size, where
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.handle.read(self.left if n < 0 else min(n, self.left))
+        self.left -= len(data)
+        if not data and self.left > 0:
+            raise RlkeepError(f"{self.where}: shrank while being archived; rerun the archive step")
+        return data
+
+
+def _check_trees(trees: list[str]) -> None:
+    for tree in trees:
+        if tree not in TREE_NAMES or tree == "rlkeep":
+            raise RlkeepError(f"archive source tree {tree!r}: expected one of logs, trace_jobs, eval_jobs")
+    if len(set(trees)) != len(trees):
+        raise RlkeepError(f"archive sources name a tree twice ({trees}); expected each sync tar once")
+
+
+def _open_and_plan(stack: ExitStack, sources: list[tuple[str, Path]], extra_files: list[tuple[str, Path]],
+                   large_threshold: int) -> tuple[list[tarfile.TarFile], list[Planned]]:
+    """The open source tars and every member planned (kept or skipped), sorted by member name."""
+    tars: list[tarfile.TarFile] = []
+    planned: list[Planned] = []
+    for index, (tree, tar_path) in enumerate(sources):
+        tar_path = Path(tar_path)
+        if not tar_path.is_file():
+            raise RlkeepError(f"{tar_path}: sync tar for archive tree {tree}/ does not exist")
+        try:
+            tar = stack.enter_context(tarfile.open(tar_path, "r:*"))
+        except (tarfile.TarError, OSError) as error:
+            raise RlkeepError(f"{tar_path}: not a readable tar ({error})") from None
+        tars.append(tar)
+        planned.extend(_plan_tar(tree, tar, index, tar_path, large_threshold))
+    planned.extend(_plan_files(extra_files, large_threshold))
+    planned.sort(key=lambda p: p.entry.member.encode("utf-8"))
+    names = [p.entry.member for p in planned]
+    duplicate = next((a for a, b in zip(names, names[1:]) if a == b), None)
+    if duplicate is not None:
+        raise RlkeepError(f"archive: member {duplicate!r} would be written twice; check extra_files names")
+    return tars, planned
+
+
+def _write_tgz(out_tgz: Path, manifest_bytes: bytes, planned: list[Planned], tars: list[tarfile.TarFile],
+               sources: list[tuple[str, Path]]) -> HashingWriter:
+    """Write the tgz through a part file (removed on any failure); the writer holds its size and sha256."""
+    tmp = out_tgz.with_name(f".{out_tgz.name}.part")
+    # gzip only shrinks what it keeps (plus tar headers), so the kept bytes bound the archive
+    kept_bytes = sum(p.entry.size + TAR_OVERHEAD_PER_MEMBER for p in planned if p.entry.reason is None)
+    require_free(out_tgz, len(manifest_bytes) + kept_bytes, "archive")
+    out_tgz.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(tmp, "wb") as raw:
+            hasher = HashingWriter(raw)
+            with gzip.GzipFile(filename="", mode="wb", fileobj=hasher, mtime=0, compresslevel=GZIP_LEVEL) as gz:
+                with tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as out:
+                    out.addfile(tar_member(MANIFEST_MEMBER, len(manifest_bytes)), io.BytesIO(manifest_bytes))
+                    for item in planned:
+                        _write_member(out, tars, sources, item)
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.replace(tmp, out_tgz)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return hasher
+
+
+def build_archive(
+    out_tgz: Path,
+    manifest_path: Path,
+    *,
+    sources: list[tuple[str, Path]],
+    extra_files: list[tuple[str, Path]],
+    summary: dict[str, Any],
+    large_threshold: int = DEFAULT_LARGE_THRESHOLD,
+) -> dict[str, Any]:
+    """Write `out_tgz` and `manifest_path` (each atomically) and return the evidence.
+
+    sources: (tree, tar) pairs, e.g. ("logs", sync/logs.tar), ("trace_jobs", sync/trace_jobs.tar);
+    members land under `<tree>/`. extra_files: (name, path) pairs; they land under `rlkeep/<name>`.
+    summary: run, cluster, jobs, first_submitted, last_finished, tracker (see summary_from_chain).
+    """
+    out_tgz, manifest_path = Path(out_tgz), Path(manifest_path)
+    if large_threshold < 0:
+        raise RlkeepError(f"archive: large_threshold is {large_threshold}; expected a byte count >= 0")
+    _check_trees([tree for tree, _ in sources])
+    with ExitStack() as stack:
+        tars, planned = _open_and_plan(stack, sources, extra_files, large_threshold)
+        entries = [p.entry for p in planned]
+        manifest_bytes = manifest_text(summary, entries).encode("utf-8")
+        hasher = _write_tgz(out_tgz, manifest_bytes, planned, tars, sources)
+    atomic_write_bytes(manifest_path, manifest_bytes)
+
+    kept = [e for e in entries if e.reason is None]
+    skipped = [e for e in entries if e.reason is not None]
+    by_reason: dict[str, dict[str, int]] = {}
+    for entry in skipped:
+        slot = by_reason.setdefault(str(entry.reason), {"files": 0, "bytes": 0})
+        slot["files"] += 1
+        slot["bytes"] += entry.size
+    return {
+        "status": "completed",
+        "tgz": str(out_tgz),
+        "tgz_bytes": hasher.size,
+        "sha256": hasher.digest.hexdigest(),
+        "manifest": str(manifest_path),
+        "manifest_sha256": hashlib.sha256(manifest_bytes).hexdigest(),
+        "kept_files": len(kept),
+        "kept_bytes": sum(e.size for e in kept),
+        "skipped_files": len(skipped),
+        "skipped_bytes": sum(e.size for e in skipped),
+        "skipped_by_reason": by_reason,
+        "trees": sorted({e.member.split("/", 1)[0] + "/" for e in kept}),
+        "large_threshold": large_threshold,
+    }
+
+
+def _write_member(out: tarfile.TarFile, tars: list[tarfile.TarFile], sources: list[tuple[str, Path]], item: Planned) -> None:
+    entry = item.entry
+    if entry.reason is not None:
+        return
+    info = tar_member(entry.member, entry.size)
+    if item.path is not None:
+        with open(item.path, "rb") as handle:
+            out.addfile(info, _ExactReader(handle, entry.size, str(item.path)))  # type: ignore[arg-type]
+        return
+    assert item.tar_index is not None and item.tarinfo is not None
+    source_path = sources[item.tar_index][1]
+    try:
+        body = tars[item.tar_index].extractfile(item.tarinfo)
+        if body is None:
+            raise RlkeepError(f"{source_path}: member {item.tarinfo.name!r} has no data")
+        out.addfile(info, body)
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as error:
+        raise RlkeepError(f"{source_path}: member {item.tarinfo.name!r} could not be read ({error}); "
+                          "the sync tar is truncated or corrupt: rerun the sync step") from None
