@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from rlkeep.diskspace import is_no_space, no_space_message
 from rlkeep.errors import RlkeepError, StepTerminated
@@ -192,11 +192,21 @@ def run_from_snakemake(smk: Any) -> None:
         print(f"rlkeep: {error}", file=stream, flush=True)
         sys.exit(1)
     status = run_step(step, ctx)
+    _close_log(stream, step.name, status)
+    sys.exit(status)
+
+
+def _close_log(stream: TextIO, step: str, status: int) -> None:
+    """Flush the step's log. When its disk is full, the step's status stands (a step that finished
+    wrote its outputs whole) and the standard streams go back to the ones Snakemake gave, so the
+    interpreter's own flush at exit cannot turn the status into a failure with no reason."""
     try:
         stream.flush()
-    except OSError:  # a full disk: run_step has said why on Snakemake's stderr
-        pass
-    sys.exit(status)
+    except OSError:
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+        if status == 0:
+            print(f"rlkeep: step {step} done; its log could not take its last lines (no space left on its disk)",
+                  file=sys.stderr, flush=True)
 
 
 def cli_main(argv: list[str]) -> int:
