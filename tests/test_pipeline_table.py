@@ -58,7 +58,7 @@ def test_every_row_names_a_step_function_that_resolves() -> None:
         module, colon, name = step.function.partition(":")
         assert colon and module.startswith("rlkeep.") and name.endswith("_step"), step
         function = step.load()
-        assert callable(function) and function.__name__ == name, (step, function)
+        assert callable(function) and f"{function.__module__}:{function.__name__}" == step.function, (step, function)
     # the name a package re-exports finds the row too (`rlkeep step rlkeep.archive:archive_step`)
     assert step_for_target("rlkeep.archive:archive_step") is step_for_rule("archive")
     with pytest.raises(RlkeepError, match="no row of rlkeep.pipeline.PIPELINE runs it"):

@@ -73,9 +73,9 @@ class Step:
 
 
 PIPELINE: tuple[Step, ...] = (
-    Step("capture_chain", "rlkeep.scheduler:capture_chain_step", ALL_KINDS, 1000, 15, evidence="chain.json",
+    Step("capture_chain", "rlkeep.scheduler.steps:capture_chain_step", ALL_KINDS, 1000, 15, evidence="chain.json",
          remaining="make the Iris chain readable (iris on PATH, cluster reachable) and rerun"),
-    Step("stop_retries", "rlkeep.scheduler:stop_retries_step", ALL_KINDS, 1000, 15, evidence="retries.json",
+    Step("stop_retries", "rlkeep.scheduler.steps:stop_retries_step", ALL_KINDS, 1000, 15, evidence="retries.json",
          remaining="stop the run's pending retries, then rerun"),
     Step("sync_logs", "rlkeep.sync:sync_logs_step", ALL_KINDS, 4000, 120, evidence="sync/logs.manifest.json",
          remaining="make every attempt's trainer log readable, then rerun"),
@@ -98,15 +98,15 @@ PIPELINE: tuple[Step, ...] = (
                    "then rerun"),
     Step("export_model", "rlkeep.export.step:export_step", RL, 16000, 240, threads=2, evidence="export.json",
          remaining="consolidate the selected checkpoint as the log says (an export job for Megatron), then rerun"),
-    Step("stage_model", "rlkeep.hub:stage_model_step", RL, 4000, 120),
-    Step("publish_model", "rlkeep.hub:publish_model_step", RL, 4000, 480, evidence="verify/model_upload.json",
+    Step("stage_model", "rlkeep.hub.steps:stage_model_step", RL, 4000, 120),
+    Step("publish_model", "rlkeep.hub.steps:publish_model_step", RL, 4000, 480, evidence="verify/model_upload.json",
          verify="model_upload", upstream=("stage_model",),
          remaining="fix the publication problem named in the log (staging is kept), then rerun: the upload resumes"),
-    Step("stage_traces", "rlkeep.traces:stage_traces_step", TRACE_PUBLISHING, 8000, 240, threads=2),
-    Step("publish_traces", "rlkeep.hub:publish_traces_step", TRACE_PUBLISHING, 4000, 240, evidence="verify/traces.json",
+    Step("stage_traces", "rlkeep.traces.step:stage_traces_step", TRACE_PUBLISHING, 8000, 240, threads=2),
+    Step("publish_traces", "rlkeep.hub.steps:publish_traces_step", TRACE_PUBLISHING, 4000, 240, evidence="verify/traces.json",
          verify="traces", upstream=("stage_traces",), needs=("sync_traces",),
          remaining="fix the trace dataset problem named in the log (coverage, Hub), then rerun"),
-    Step("link_model_card", "rlkeep.hub:link_model_card_step", RL, 4000, 240,
+    Step("link_model_card", "rlkeep.hub.steps:link_model_card_step", RL, 4000, 240,
          evidence="verify/model.json", verify="model",
          needs=("publish_model", "publish_traces"),
          remaining="the model card links the trace dataset only once verify/traces.json exists: fix what holds "
