@@ -599,24 +599,12 @@ def test_a_failed_card_commit_changes_nothing_and_a_rerun_completes(hub_server, 
     assert linked["parent"] == head and api.repo_info("laion/card-fault").sha == linked["commit"]
 
 
-def test_the_hub_packages_keep_one_job_per_small_module() -> None:
-    """Issue 18's bar for rlkeep.hub and the dev Hub server: every module says its job in a docstring,
-    none is over 500 lines, no function over 80, and every name the package exports is there."""
-    import ast
-
+def test_the_hub_packages_export_every_name_they_list() -> None:
+    """Every name rlkeep.hub and the dev Hub server list in __all__ is there (module sizes and
+    docstrings are tests/test_layout.py's, for every module)."""
     import rlkeep.hub
     import rlkeep_dev.devserver.hub
 
     for package in (rlkeep.hub, rlkeep_dev.devserver.hub):
         assert [name for name in package.__all__ if not hasattr(package, name)] == [], package.__name__
-        modules = sorted(Path(package.__file__).parent.glob("*.py"))
-        assert len(modules) >= 7, package.__name__
-        for path in modules:
-            source = path.read_text(encoding="utf-8")
-            tree = ast.parse(source)
-            assert ast.get_docstring(tree), f"{path}: no module docstring"
-            assert len(source.splitlines()) <= 500, f"{path}: {len(source.splitlines())} lines"
-            long = [f"{node.name} ({node.end_lineno - node.lineno} lines)" for node in ast.walk(tree)
-                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-                    and node.end_lineno - node.lineno > 80]
-            assert long == [], f"{path}: {long}"
+        assert len(list(Path(package.__file__).parent.glob("*.py"))) >= 7, package.__name__
