@@ -76,6 +76,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--workers", type=int, default=None, help="rlkeep's sync.workers (default: config/config.yaml's)")
     parser.add_argument("--no-aws", action="store_true", help="leave `aws s3 sync` out (it is the slow peer)")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="untimed rounds first: the first reads of the freshly seeded store are cold for whoever goes first")
     args = parser.parse_args()
     peers.stop_on_sigterm()
     count = args.objects or (1_000 if args.quick else 20_000)
@@ -129,7 +131,7 @@ def main() -> int:
                       peers.Contender("s5cmd+tar", run_s5cmd, clear_peer)]
         if aws is not None:
             contenders.append(peers.Contender("aws_s3_sync+tar", run_aws, clear_peer))
-        result = peers.interleave(contenders, rounds)
+        result = peers.interleave(contenders, rounds, warmup=args.warmup)
     rss = max(r["maxrss_mb"] for r in result["runs"] if r["name"] == "rlkeep")
     worst = result["ratios"]["s5cmd+tar"]["max"]
     figures = {
@@ -139,13 +141,15 @@ def main() -> int:
         "rlkeep_workers": args.workers,
         "peers": versions,
         "rounds": rounds,
+        "warmup_rounds": args.warmup,
         "seconds": result["seconds"],
         "ratio_vs": result["ratios"],
         "rlkeep_peak_rss_mb": rss,
         "target": "rlkeep <= 1.0 x s5cmd+tar in every round, peak RSS < 300 MB",
         "target_met": worst <= 1.0 and rss < 300,
     }
-    peers.write_results("bench_sync" + ("_quick" if args.quick else ""), {**figures, "runs": result["runs"]})
+    name = "bench_sync" + ("_quick" if args.quick else "" if count == 20_000 else f"_{count}")
+    peers.write_results(name, {**figures, "runs": result["runs"]})
     print("rlkeep / peer per round (< 1: rlkeep faster):", file=sys.stderr)
     for name, ratio in result["ratios"].items():
         print(f"  {name:18s} min {ratio['min']:.2f}  median {ratio['median']:.2f}  max {ratio['max']:.2f}", file=sys.stderr)

@@ -157,9 +157,13 @@ class Contender:
     prepare: Callable[[], None] | None = None
 
 
-def interleave(contenders: Sequence[Contender], rounds: int, *, subject: str | None = None) -> dict[str, Any]:
+def interleave(contenders: Sequence[Contender], rounds: int, *, subject: str | None = None,
+               warmup: int = 0) -> dict[str, Any]:
     """Run every contender once per round, alternating the order (A B C, C B A, …), and compare
     the subject (default: the first) with each other contender within the same round.
+
+    `warmup` rounds run first and are kept in "runs" (round -1, -2, …) but not compared: the first
+    reads of a freshly seeded store are cold for whoever goes first.
 
     Returns {"runs": [...every run with its load before it...], "ratios": {peer: {min, median,
     max, per_round}}, "seconds": {name: {min, median, max}}}. A ratio below 1 means the subject
@@ -170,6 +174,14 @@ def interleave(contenders: Sequence[Contender], rounds: int, *, subject: str | N
     subject = subject or contenders[0].name
     runs: list[dict[str, Any]] = []
     by_round: list[dict[str, float]] = []
+    for warmup_index in range(warmup):
+        for contender in contenders:
+            if contender.prepare is not None:
+                contender.prepare()
+            load = loadavg()
+            figures = dict(contender.run())
+            figures.update(name=contender.name, round=-1 - warmup_index, warmup=True, loadavg_before=load)
+            runs.append(figures)
     for round_index in range(rounds):
         order = list(contenders) if round_index % 2 == 0 else list(reversed(contenders))
         seconds: dict[str, float] = {}
@@ -192,7 +204,8 @@ def interleave(contenders: Sequence[Contender], rounds: int, *, subject: str | N
         ratios[contender.name] = {"min": round(min(per_round), 3), "median": round(statistics.median(per_round), 3),
                                   "max": round(max(per_round), 3), "per_round": [round(x, 3) for x in per_round]}
     summary = {c.name: _spread([r[c.name] for r in by_round]) for c in contenders}
-    return {"subject": subject, "rounds": rounds, "runs": runs, "ratios": ratios, "seconds": summary}
+    return {"subject": subject, "rounds": rounds, "warmup_rounds": warmup, "runs": runs, "ratios": ratios,
+            "seconds": summary}
 
 
 def _spread(values: list[float]) -> dict[str, float]:
