@@ -176,25 +176,14 @@ def interleave(contenders: Sequence[Contender], rounds: int, *, subject: str | N
     by_round: list[dict[str, float]] = []
     for warmup_index in range(warmup):
         for contender in contenders:
-            if contender.prepare is not None:
-                contender.prepare()
-            load = loadavg()
-            figures = dict(contender.run())
-            figures.update(name=contender.name, round=-1 - warmup_index, warmup=True, loadavg_before=load)
-            runs.append(figures)
+            runs.append(_run_once(contender, round=-1 - warmup_index, warmup=True))
     for round_index in range(rounds):
         order = list(contenders) if round_index % 2 == 0 else list(reversed(contenders))
         seconds: dict[str, float] = {}
         for contender in order:
-            if contender.prepare is not None:
-                contender.prepare()
-            load = loadavg()
-            figures = dict(contender.run())
-            figures.update(name=contender.name, round=round_index, loadavg_before=load)
+            figures = _run_once(contender, round=round_index)
             runs.append(figures)
             seconds[contender.name] = float(figures["seconds"])
-            print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in figures.items()
-                              if k != "stdout"}), file=sys.stderr, flush=True)
         by_round.append(seconds)
     ratios = {}
     for contender in contenders:
@@ -206,6 +195,18 @@ def interleave(contenders: Sequence[Contender], rounds: int, *, subject: str | N
     summary = {c.name: _spread([r[c.name] for r in by_round]) for c in contenders}
     return {"subject": subject, "rounds": rounds, "warmup_rounds": warmup, "runs": runs, "ratios": ratios,
             "seconds": summary}
+
+
+def _run_once(contender: Contender, **labels: Any) -> dict[str, Any]:
+    """One run of a contender after its preparation, labelled, with the load before it (printed as it ends)."""
+    if contender.prepare is not None:
+        contender.prepare()
+    load = loadavg()
+    figures = dict(contender.run())
+    figures.update(name=contender.name, **labels, loadavg_before=load)
+    print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in figures.items() if k != "stdout"}),
+          file=sys.stderr, flush=True)
+    return figures
 
 
 def _spread(values: list[float]) -> dict[str, float]:
