@@ -636,3 +636,23 @@ def test_list_files_matches_the_tree(tmp_path: Path) -> None:
     assert list_files(tmp_path) == listing(tmp_path)
     with pytest.raises(RlkeepError, match="not a directory"):
         list_files(tmp_path / "nope")
+
+
+def test_consolidate_refuses_up_front_when_the_model_will_not_fit(tmp_path: Path, monkeypatch) -> None:
+    """Found by CI (disk full): consolidation filled the disk mid-write. It now counts what it will write
+    (rewritten shards with their headers, the config and tokenizer; shards linked whole cost nothing)
+    and refuses before writing, naming the need."""
+    import rlkeep.diskspace
+
+    src = write_hf_export(tmp_path / "policy", QWEN2, shards=3, config=QWEN2_CONFIG)
+    largest = max(read_safetensors_header(path).data_bytes for path in src.glob("*.safetensors"))
+    tensor_bytes = sum(read_safetensors_header(path).data_bytes for path in src.glob("*.safetensors"))
+    monkeypatch.setattr(rlkeep.diskspace, "free_bytes", lambda path: 0)
+
+    def needed(said: str) -> int:
+        assert "consolidation of" in said and "nothing was written" in said, said
+        return int(said.split("needs ")[1].split(" bytes")[0].replace(",", ""))
+
+    rewritten = needed(consolidate_fails(src, tmp_path / "model", max_shard_bytes=largest - 1))
+    linked = needed(consolidate_fails(src, tmp_path / "model"))
+    assert rewritten - linked >= tensor_bytes, (rewritten, linked, tensor_bytes)
