@@ -119,6 +119,13 @@ def test_full_run_publishes_verifies_archives_and_leaks_nothing(data_root: Path,
     again = run_snakemake(data_root, f"{JOB}/DONE", env=env_for(hub_server))
     assert "Nothing to be done" in again.stdout + again.stderr
 
+    # register again (as after a kill that came before Snakemake recorded the finished step): the one
+    # row stays, and the completion record still says what registering this job did
+    forced = run_snakemake(data_root, f"{JOB}/DONE", extra=("--forcerun", "register"), env=env_for(hub_server))
+    assert forced.returncode == 0, forced.stderr[-3000:]
+    redone = json.loads((data_root / JOB / "DONE").read_text())["registration"]
+    assert redone == done["registration"] and redone["action"] == "inserted"
+
 
 def test_reclaim_needs_authority_for_exactly_this_job(data_root: Path, bucket: str, iris, hub_server) -> None:
     run, record = seed_example(data_root, bucket, iris, record_overrides=publish_overrides(bucket, data_root))

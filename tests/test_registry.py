@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from rlkeep.errors import RlkeepError
-from rlkeep.registry import parse_registry_url, register_base_model, register_run
+from rlkeep.registry import carry_interrupted_actions, parse_registry_url, register_base_model, register_run
 from tests.support.postgres import PostgresServer, postgres_server  # noqa: F401 - the session fixture
 
 BASE = "Qwen/Qwen3-8B"
@@ -81,6 +81,48 @@ def test_registers_exact_lineage_once_and_reruns_idempotently(db: Db) -> None:
     assert updated["action"] == "updated" and updated["model_id"] == first["model_id"]
     assert db.rows("SELECT trace_dataset_id FROM models") == [(None,)]
     assert db.count("models") == 1
+
+
+class Stopped(Exception):
+    """The step stopped (a kill) at the point the test chooses."""
+
+
+def test_a_registration_stopped_after_its_commit_reports_what_it_did_on_resume(db: Db) -> None:
+    """The register step journals its decision inside the transaction; stopped after the commit and
+    before register.json, the resumed step finds nothing to do, and reports the interrupted decision."""
+    journal: list[dict] = []
+    register_run(db.url, **RUN, before_commit=journal.append)  # committed; then the step is killed
+    resumed = register_run(db.url, **RUN)
+    assert resumed["action"] == "unchanged" and db.count("models") == 1
+    reported = carry_interrupted_actions(journal[-1], resumed)
+    assert (reported["action"], reported["trace_dataset_action"]) == ("inserted", "inserted")
+    assert reported["registered_at"] == journal[-1]["registered_at"]
+    # no journal (a registration that finished before): the rerun's own "unchanged" stands
+    assert carry_interrupted_actions(None, resumed)["action"] == "unchanged"
+
+
+def test_a_registration_stopped_before_its_commit_is_decided_again(db: Db) -> None:
+    journal: list[dict] = []
+
+    def stop(evidence: dict) -> None:
+        journal.append(evidence)
+        raise Stopped  # inside the transaction: it rolls back
+
+    with pytest.raises(Stopped):
+        register_run(db.url, **RUN, before_commit=stop)
+    assert (db.count("models"), db.count("datasets")) == (0, 0)
+    resumed = register_run(db.url, **RUN)
+    assert carry_interrupted_actions(journal[-1], resumed) == resumed and resumed["action"] == "inserted"
+
+
+def test_an_interrupted_decision_is_carried_only_when_nothing_was_left_to_do_on_the_same_row(db: Db) -> None:
+    journal: list[dict] = []
+    register_run(db.url, **RUN, before_commit=journal.append)
+    resumed = register_run(db.url, **RUN)
+    other_row = {**journal[-1], "model_id": journal[-1]["model_id"] + 1}
+    assert carry_interrupted_actions(other_row, resumed) == resumed
+    changed = register_run(db.url, **{**RUN, "trace_repo": None})  # this attempt updated the row itself
+    assert carry_interrupted_actions(journal[-1], changed) == changed and changed["action"] == "updated"
 
 
 def test_missing_base_model_stops_and_is_never_created(registry_url: str) -> None:

@@ -13,12 +13,14 @@ A password in the URL never appears in output or errors.
 """
 from __future__ import annotations
 
+import logging
 import re
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
@@ -26,6 +28,8 @@ from rlkeep.errors import RlkeepError
 from rlkeep.hub import REPO_ID_RE
 from rlkeep.jsonio import read_json, write_json
 from rlkeep.steps import StepContext, not_applicable
+
+log = logging.getLogger("rlkeep")
 
 WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 TRAINING_TYPE = re.compile(r"^[a-z][a-z0-9_-]*$")
@@ -257,11 +261,13 @@ def register_run(
     training_type: str = "rl",
     job: str,
     owner: str,
+    before_commit: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Register the published model (and its trace dataset) with its exact base-model lineage.
 
     One transaction. Idempotent for the same owner and job: a rerun updates the one row
-    instead of adding another. Returns the evidence for `<job>/register.json`.
+    instead of adding another. Returns the evidence for `<job>/register.json`; `before_commit`
+    receives it inside the transaction, before the commit (the step journals it there).
     """
     _check(model_repo, REPO_ID_RE, "model_repo", "a Hub repo id like org/name")
     if trace_repo is not None:
@@ -305,22 +311,15 @@ def register_run(
                 action = "updated"
             else:
                 action = "unchanged"
-    return {
-        "status": "completed",
-        "action": action,
-        "url": safe_url,
-        "model": model_repo,
-        "model_id": model_id,
-        "base_model": base_model,
-        "base_model_id": base_id,
-        "trace_dataset": trace_repo,
-        "trace_dataset_id": dataset_id,
-        "trace_dataset_action": dataset_action,
-        "training_type": training_type,
-        "job": job,
-        "owner": owner,
-        "registered_at": registered_at,
-    }
+        evidence = {
+            "status": "completed", "action": action, "url": safe_url,
+            "model": model_repo, "model_id": model_id, "base_model": base_model, "base_model_id": base_id,
+            "trace_dataset": trace_repo, "trace_dataset_id": dataset_id, "trace_dataset_action": dataset_action,
+            "training_type": training_type, "job": job, "owner": owner, "registered_at": registered_at,
+        }
+        if before_commit is not None:
+            before_commit(evidence)
+    return evidence
 
 
 def cli_main(argv: list[str]) -> int:
@@ -357,7 +356,39 @@ def register_step(ctx: StepContext) -> None:
         raise RlkeepError(f"{ctx.record.path}: field 'base_model' is missing; registration needs the exact base-model "
                           "lineage and rlkeep never guesses it")
     traces_verified = read_json(ctx.inputs["traces"]).get("status") == "completed"
-    evidence = register_run(register["url"], model_repo=publish["model"],
-                            trace_repo=publish["traces"] if traces_verified else None,
-                            base_model=ctx.record.base_model, training_type="rl", job=ctx.job, owner=ctx.record.user)
+    request = {"model_repo": publish["model"], "trace_repo": publish["traces"] if traces_verified else None,
+               "base_model": ctx.record.base_model, "training_type": "rl", "job": ctx.job, "owner": ctx.record.user}
+    # The job's registration decision, journaled inside the transaction: a step stopped after its
+    # commit (before register.json, or before Snakemake recorded the step) runs again and finds
+    # nothing left to do; what it reports is still what registering this job did.
+    journal = ctx.work_dir("register") / "decided.json"
+    earlier = _earlier_decision(journal, request)
+    evidence: dict[str, Any] = {}
+
+    def journal_decision(decided: dict[str, Any]) -> None:
+        evidence.update(carry_interrupted_actions(earlier, decided))
+        write_json(journal, {"request": request, "evidence": evidence})
+
+    register_run(register["url"], **request, before_commit=journal_decision)
     write_json(ctx.outputs["register"], {**evidence, "status": "completed"})
+
+
+def _earlier_decision(journal: Path, request: dict[str, Any]) -> dict[str, Any] | None:
+    """What an earlier attempt of this step decided for the same request (it may have been stopped
+    before its commit, between its commit and its evidence, or have finished)."""
+    if not journal.is_file():
+        return None
+    entry = read_json(journal)
+    return entry.get("evidence") if entry.get("request") == request else None
+
+
+def carry_interrupted_actions(interrupted: dict[str, Any] | None, decided: dict[str, Any]) -> dict[str, Any]:
+    """The actions to report. When an earlier attempt committed the registration and this attempt finds
+    nothing left to do ("unchanged") on the same row, the registration the job made is the earlier
+    one, so its actions are reported, as by a run never stopped. When the earlier transaction rolled
+    back, this attempt decides the same thing itself."""
+    nothing_left = decided["action"] == "unchanged" and decided["trace_dataset_action"] in {"unchanged", "none"}
+    if interrupted is None or not nothing_left or interrupted.get("model_id") != decided["model_id"]:
+        return decided
+    log.info("registration: nothing left to do; reporting this job's earlier registration (%s)", interrupted["action"])
+    return {**decided, "action": interrupted["action"], "trace_dataset_action": interrupted["trace_dataset_action"]}

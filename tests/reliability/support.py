@@ -402,9 +402,10 @@ def hub_gate(hub: HubServer, kinds: set[str], *, repo_part: str = "") -> Iterato
 
     def hold(kind: str, path: str) -> None:
         if gate.armed and kind in gate.kinds and gate.repo_part in path:
+            generation = gate.generation
             gate.arrived.append((kind, path))
             deadline = time.monotonic() + gate.timeout
-            while gate.armed and time.monotonic() < deadline:
+            while gate.armed and gate.generation == generation and time.monotonic() < deadline:
                 time.sleep(0.01)
 
     with hub_intercept(hub, hold):
@@ -476,9 +477,16 @@ class Gate:
     armed: bool = True
     timeout: float = 30.0
     arrived: list[tuple[str, str]] = field(default_factory=list)
+    generation: int = 0  # a request held before rearm() is let go
 
     def release(self) -> None:
         self.armed = False
+
+    def rearm(self) -> None:
+        """Let go of whatever is held and hold the next matching request again."""
+        self.generation += 1
+        self.arrived.clear()
+        self.armed = True
 
 
 # --------------------------------------------------------------------------- destinations, for leak scans

@@ -66,6 +66,23 @@ class KillPoint:
     name: str
     reached: Callable[[Attempt], bool]
     fired_at: str = ""
+    # A window opened by holding a request: armed again after each kill until its own kill fired, so a
+    # window used up while another point killed the run is not lost (the run cannot pass it unkilled).
+    rearm: Callable[[], None] | None = None
+
+
+def stall_once(proxy: FaultProxy, **match: str) -> Callable[[], None]:
+    """Stall the next request matching `match` at the proxy; the returned function stalls one again
+    once that one was used."""
+    proxy.fail_next("stall", 1, **match)
+    plan = proxy.plans[-1]
+
+    def rearm() -> None:
+        nonlocal plan
+        if plan.remaining == 0:
+            proxy.fail_next("stall", 1, **match)
+            plan = proxy.plans[-1]
+    return rearm
 
 
 @dataclass
@@ -73,6 +90,7 @@ class Run:
     scenario: Scenario
     proxy: FaultProxy
     gates: dict[str, object] = field(default_factory=dict)
+    stalls: dict[str, Callable[[], None]] = field(default_factory=dict)  # re-arms each held proxy request
     _calls_size: int = -1
     _stops: int = 0
 
@@ -107,6 +125,9 @@ def kill_points(run: Run) -> list[KillPoint]:
 
     def held(name: str) -> Callable[[Attempt], bool]:
         return lambda attempt: bool(gate[name].arrived) and gate[name].armed
+
+    def hub_window(name: str, what: str) -> KillPoint:
+        return KillPoint(what, held(name), rearm=gate[name].rearm)
 
     def fresh_tmp_model(attempt: Attempt) -> bool:
         return any(attempt.fresh(p) for p in job_dir.glob(".model.tmp-*"))
@@ -153,17 +174,17 @@ def kill_points(run: Run) -> list[KillPoint]:
         KillPoint("between select_checkpoint and export_model",
                   lambda a: a.fresh(job_dir / "checkpoint" / "selected.json") and not a.grew(job_dir, "export_model")),
         KillPoint("mid export download (a weights .part on disk)",
-                  lambda a: run.proxy_requests(a, "GET", "model.safetensors", "stall")),
+                  lambda a: run.proxy_requests(a, "GET", "model.safetensors", "stall"), rearm=run.stalls["weights"]),
         KillPoint("mid consolidation (.model.tmp-* being built)", fresh_tmp_model),
         KillPoint("mid stage_model (redaction of the staging tree)",
                   lambda a: a.grew(job_dir, "stage_model") and not run.exists("stage/model.redaction.json")),
-        KillPoint("mid trace dataset commit (commit request at the Hub)", held("dataset commit")),
-        KillPoint("mid model upload (LFS PUT at the Hub)", held("model lfs")),
-        KillPoint("mid model commit (commit request at the Hub)", held("model commit")),
-        KillPoint("mid model verification (fresh download from the Hub)", held("model download")),
+        hub_window("dataset commit", "mid trace dataset commit (commit request at the Hub)"),
+        hub_window("model lfs", "mid model upload (LFS PUT at the Hub)"),
+        hub_window("model commit", "mid model commit (commit request at the Hub)"),
+        hub_window("model download", "mid model verification (fresh download from the Hub)"),
         KillPoint("between verification and registration",
                   lambda a: a.fresh(job_dir / "verify" / "model.json") and not a.grew(job_dir, "register")),
-        KillPoint("mid reclaim (journal open, DeleteObjects in flight)", reclaim_journal_open),
+        KillPoint("mid reclaim (journal open, DeleteObjects in flight)", reclaim_journal_open, rearm=run.stalls["delete"]),
         KillPoint("between reclaim and DONE", lambda a: a.fresh(job_dir / "reclaim.json") and not run.exists("DONE")),
     ]
 
@@ -221,10 +242,10 @@ def kill_and_resume_until_done(scenario: Scenario, s3_endpoint: str, extra_point
             hub_gate(hub, {"commit"}, repo_part="/api/models/demo/") as model_commit, \
             hub_gate(hub, {"download"}, repo_part=f"/demo/{JOB}/resolve/") as model_download:
         # Two requests are held at the proxy (stall) to open a window: the weights download, the delete.
-        proxy.fail_next("stall", 1, method="GET", path_contains="policy/model.safetensors")
-        proxy.fail_next("stall", 1, method="POST", query_contains="delete")
+        stalls = {"weights": stall_once(proxy, method="GET", path_contains="policy/model.safetensors"),
+                  "delete": stall_once(proxy, method="POST", query_contains="delete")}
         run = Run(scenario, proxy, {"dataset commit": dataset_commit, "model lfs": model_lfs,
-                                    "model commit": model_commit, "model download": model_download})
+                                    "model commit": model_commit, "model download": model_download}, stalls)
         env = scenario.env(AWS_ENDPOINT_URL_S3=proxy.endpoint)
         points = kill_points(run) + list(extra_points)
         staging = StagingWatch(scenario)
@@ -249,6 +270,9 @@ def kill_and_resume_until_done(scenario: Scenario, s3_endpoint: str, extra_point
                 if gate.arrived:
                     gate.release()  # a held request now finds its client gone
             points.remove(fired)
+            for point in points:
+                if point.rearm is not None:
+                    point.rearm()
             kills.append(fired.name)
             check_invariants(run, source_keys, f"after kill {len(kills)} ({fired.name})")
             unlocked = unlock(data_root, command[0], env)
