@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from rlkeep.errors import RlkeepError
-from rlkeep.hub import REPO_ID_RE
+from rlkeep.hub.client import REPO_ID_RE
 from rlkeep.jsonio import read_json, write_json
 from rlkeep.steps import StepContext, not_applicable
 

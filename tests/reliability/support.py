@@ -8,6 +8,7 @@ server, the Iris stand-in) through the real pipeline in a subprocess.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import gzip
 import hashlib
 import io
@@ -24,6 +25,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock
 
 from rlkeep_dev.devserver.hub import HubServer, RepoRef
 from rlkeep.storage import open_store
@@ -184,10 +187,25 @@ _references: dict[tuple[Any, ...], Reference] = {}
 
 def clean_reference(s3_server: Any, root: Path, *, n_trials: int = N_TRIALS) -> Reference:
     """Run the example once, cleanly, with publication and (then) authorized reclamation; memoized
-    for the session so every test compares against the same run."""
+    for the session, across xdist workers too (a JSON file beside the workers' temp folders, made
+    under a lock by the first worker that needs it), so every test compares against the same run."""
     key = (id(s3_server), n_trials)
     if key in _references:
         return _references[key]
+    # root is <basetemp>/referenceN; under xdist each worker's basetemp sits in the run's shared one
+    run_temp = root.parent.parent if os.environ.get("PYTEST_XDIST_WORKER") else root.parent
+    shared = run_temp / f"clean-reference-{n_trials}.json"
+    with FileLock(f"{shared}.lock"):
+        if shared.is_file():
+            reference = Reference(**json.loads(shared.read_text()))
+        else:
+            reference = _run_clean_reference(s3_server, root, n_trials)
+            shared.write_text(json.dumps(dataclasses.asdict(reference)))
+    _references[key] = reference
+    return reference
+
+
+def _run_clean_reference(s3_server: Any, root: Path, n_trials: int) -> Reference:
     bucket = f"ref-{os.getpid()}-{n_trials}"
     s3_server.create_bucket(bucket)
     data_root = root / "data"
@@ -207,9 +225,7 @@ def clean_reference(s3_server: Any, root: Path, *, n_trials: int = N_TRIALS) -> 
         second = run_snakemake(data_root, f"{JOB}/DONE", env=scenario.env(), config=(f"reclaim_authorized={JOB}",))
         assert second.returncode == 0, second.stderr[-4000:]
         reclaimed = stable_done(scenario)
-    reference = Reference(done, reclaimed, tars, export, shards, keys, time.monotonic() - started)
-    _references[key] = reference
-    return reference
+    return Reference(done, reclaimed, tars, export, shards, keys, time.monotonic() - started)
 
 
 # --------------------------------------------------------------------------- reading outputs
