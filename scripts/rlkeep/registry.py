@@ -4,7 +4,9 @@ Runs only when the record says `register.authorized: true` (runbook step 6). The
 a database reached by URL: `sqlite:///path` (stdlib sqlite3, the embedded default) or
 `postgresql://user:password@host:port/db` (psycopg 3). The schema below is created if it is
 missing. Everything a registration writes happens in ONE transaction: any stop leaves the
-registry exactly as it was.
+registry exactly as it was. The step journals its decision inside that transaction
+(`<job>/.work/register/decided.json`), so a rerun after a stop that came after the commit reports
+what registering the job did ("inserted"), not what the rerun found left to do ("unchanged").
 
 Stops (never guesses): a base model that is not registered under exactly its Hub id, more
 than one candidate row for a Hub id (Hub ids are case-insensitive, so case variants are
