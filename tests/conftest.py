@@ -23,27 +23,6 @@ from rlkeep_dev.devserver.s3 import S3Server
 REPO = Path(__file__).resolve().parents[1]
 _bucket_numbers = itertools.count()
 
-# Files whose tests run the whole pipeline, longest first (from `--durations`). They are handed out
-# first, one test at a time (`--maxschedchunk=1` in pyproject.toml), so the xdist workers share them
-# and the thousand short tests fill the end instead of one worker finishing a long test alone.
-LONGEST_FIRST = (
-    "reliability/test_kill_resume.py", "test_many_jobs.py", "reliability/test_disk_full.py", "test_slurm.py",
-    "reliability/test_hub_faults.py", "reliability/test_bad_input.py", "reliability/test_concurrency.py",
-    "test_pipeline_table.py", "reliability/test_load_faults.py", "test_pipeline_full.py", "test_pipeline.py",
-    "test_iris_pipeline.py", "test_campaign_browser.py", "test_dead_attempts.py", "test_kinds.py",
-    "reliability/test_terminate_resume.py", "test_archive.py", "reliability/test_store_faults.py",
-    "reliability/test_secrets.py",
-)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    rank = {name: number for number, name in enumerate(LONGEST_FIRST)}
-    tests = Path(__file__).parent
-
-    def order(item: pytest.Item) -> int:
-        return rank.get(item.path.relative_to(tests).as_posix(), len(rank))
-    items.sort(key=order)  # stable: each file keeps its own order
-
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:

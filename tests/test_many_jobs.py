@@ -97,9 +97,9 @@ def test_transfers_of_three_jobs_never_overlap_under_net_io_1(data_root: Path, b
     assert any(overlapping([transfer, other]) for transfer in intervals for other in others)
 
 
-# ten runs under RLKEEP_SOAK=1; five by default (three on Iris, two without a scheduler), which keep
-# every case the ten have and save the suite about three minutes on two cores
-MANY = 10 if os.environ.get("RLKEEP_SOAK") == "1" else 5
+# ten runs under RLKEEP_SOAK=1; four by default (three on Iris, one of them blocked, one without a scheduler),
+# which keep every case the ten have and save the suite minutes on two cores
+MANY = 10 if os.environ.get("RLKEEP_SOAK") == "1" else 4
 
 
 def test_one_blocked_job_among_many_does_not_stop_the_others(data_root: Path, bucket: str, iris) -> None:

@@ -127,7 +127,7 @@ def kill_points(run: Run) -> list[KillPoint]:
         return lambda attempt: bool(gate[name].arrived) and gate[name].armed
 
     def hub_window(name: str, what: str) -> KillPoint:
-        return KillPoint(what, held(name), rearm=gate[name].rearm)
+        return KillPoint(what, held(name), rearm=lambda: gate[name].rearm())
 
     def fresh_tmp_model(attempt: Attempt) -> bool:
         return any(attempt.fresh(p) for p in job_dir.glob(".model.tmp-*"))
@@ -174,7 +174,7 @@ def kill_points(run: Run) -> list[KillPoint]:
         KillPoint("between select_checkpoint and export_model",
                   lambda a: a.fresh(job_dir / "checkpoint" / "selected.json") and not a.grew(job_dir, "export_model")),
         KillPoint("mid export download (a weights .part on disk)",
-                  lambda a: run.proxy_requests(a, "GET", "model.safetensors", "stall"), rearm=run.stalls["weights"]),
+                  lambda a: run.proxy_requests(a, "GET", "model.safetensors", "stall"), rearm=run.stalls.get("weights")),
         KillPoint("mid consolidation (.model.tmp-* being built)", fresh_tmp_model),
         KillPoint("mid stage_model (redaction of the staging tree)",
                   lambda a: a.grew(job_dir, "stage_model") and not run.exists("stage/model.redaction.json")),
@@ -184,7 +184,7 @@ def kill_points(run: Run) -> list[KillPoint]:
         hub_window("model download", "mid model verification (fresh download from the Hub)"),
         KillPoint("between verification and registration",
                   lambda a: a.fresh(job_dir / "verify" / "model.json") and not a.grew(job_dir, "register")),
-        KillPoint("mid reclaim (journal open, DeleteObjects in flight)", reclaim_journal_open, rearm=run.stalls["delete"]),
+        KillPoint("mid reclaim (journal open, DeleteObjects in flight)", reclaim_journal_open, rearm=run.stalls.get("delete")),
         KillPoint("between reclaim and DONE", lambda a: a.fresh(job_dir / "reclaim.json") and not run.exists("DONE")),
     ]
 
