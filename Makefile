@@ -5,8 +5,8 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.rlkeep-installed
 EXTRAS := test,torch,postgres,slurm
-# the suite waits on servers and subprocesses: four workers keep it short on two cores
-PYTEST_ARGS ?= -n 4
+# the suite waits on servers and subprocesses: three workers keep it short on two cores
+PYTEST_ARGS ?= -n 3
 
 .PHONY: setup test demo bench lint clean-demo harbor-env
 
