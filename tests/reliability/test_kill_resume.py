@@ -74,14 +74,12 @@ class KillPoint:
 def stall_once(proxy: FaultProxy, **match: str) -> Callable[[], None]:
     """Stall the next request matching `match` at the proxy; the returned function stalls one again
     once that one was used."""
-    proxy.fail_next("stall", 1, **match)
-    plan = proxy.plans[-1]
+    plan = proxy.fail_next("stall", 1, **match)
 
     def rearm() -> None:
         nonlocal plan
         if plan.remaining == 0:
-            proxy.fail_next("stall", 1, **match)
-            plan = proxy.plans[-1]
+            plan = proxy.fail_next("stall", 1, **match)
     return rearm
 
 

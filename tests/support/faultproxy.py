@@ -86,7 +86,8 @@ class FaultProxy:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def fail_next(self, kind: str, count: int = 1, *, method: str | None = None, path_contains: str = "",
-                  query_contains: str = "") -> None:
+                  query_contains: str = "") -> FaultPlan:
+        """Answer the next `count` matching requests with `kind`; the plan's `remaining` says how many are left."""
         assert kind in FAULT_KINDS + REFUSAL_KINDS, kind
 
         def matches(request_method: str, target: str) -> bool:
@@ -94,8 +95,10 @@ class FaultProxy:
             return ((method is None or request_method == method) and path_contains in path
                     and query_contains in query)
 
+        plan = FaultPlan(kind, count, matches)
         with self._lock:
-            self.plans.append(FaultPlan(kind, count, matches))
+            self.plans.append(plan)
+        return plan
 
     def fail_always(self, kind: str) -> None:
         self.fail_next(kind, 10**9)
