@@ -85,6 +85,11 @@ class S3Server:
             f"-dir={self.data_dir / 'data'}",
             "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
             "-master.telemetry=false", "-admin.ui=false", "-webdav=false",
+            # Every bucket is a SeaweedFS collection with volumes of its own. Left to itself, `weed
+            # mini` caps the volume count at free disk / volume size, so on a machine with little
+            # free disk a long test session runs out of volumes (InternalError on PutObject after
+            # about 45 buckets). Volumes are sparse files: a high cap costs no disk.
+            "-volume.max=4000", "-master.volumeSizeLimitMB=64",
             f"-s3.config={config_path}", f"-s3.port={self.port}",
             *[f"-{name}={port}" for name, port in ports.items()],
         ]
