@@ -54,5 +54,5 @@ include: "rules/campaign.smk"
 rule all:
     default_target: True
     input:
-        get_all_done_targets(),
+        get_all_done_targets,
         "campaign/index.html",

@@ -11,6 +11,7 @@ from snakemake.utils import validate
 from rlkeep.errors import RecordError
 from rlkeep.jsonio import key_sorted
 from rlkeep.records import load_record, record_path
+from rlkeep.settled import named_in_config, planning_is_forced, unsettled_reason
 from rlkeep.steps import is_authorized
 
 ##### why each edge exists #####
@@ -103,8 +104,25 @@ def get_all_jobs():
     return jobs
 
 
-def get_all_done_targets():
-    return [f"{job}/DONE" for job in get_all_jobs()]
+def get_all_done_targets(wildcards):
+    """DONE of every job the campaign target still has to plan: a settled job (its completion
+    record still describes it, rlkeep.settled) is left out, unless this invocation forces
+    anything. An input function, so Snakemake's DAG settings (--forcerun, ...) are known.
+    """
+    if planning_is_forced(workflow.dag_settings):
+        return [f"{job}/DONE" for job in get_all_jobs()]
+    return [
+        f"{job}/DONE"
+        for job in get_all_jobs()
+        if named_in_config(config, job) or get_unsettled_reason(job) is not None
+    ]
+
+
+def get_unsettled_reason(job):
+    """Why the job still needs planning, or None (rlkeep.settled.unsettled_reason)."""
+    return unsettled_reason(
+        Path(job), get_record_sha256(job), get_done_evidence(job).values()
+    )
 
 
 def get_record_files():
@@ -128,10 +146,13 @@ def get_chain_settings(wildcards):
 
 def get_record_digest(wildcards):
     """The completion record restates the whole record: any edit rewrites DONE, and only DONE."""
+    return {"record_sha256": get_record_sha256(wildcards.job)}
+
+
+def get_record_sha256(job):
     import hashlib
 
-    text = record_path(RECORDS_DIR, wildcards.job).read_bytes()
-    return {"record_sha256": hashlib.sha256(text).hexdigest()}
+    return hashlib.sha256(record_path(RECORDS_DIR, job).read_bytes()).hexdigest()
 
 
 def get_sync_settings(kind):
@@ -338,11 +359,13 @@ def get_done_inputs(wildcards):
     """The evidence file of every step the job's kind has (rlkeep.pipeline.STEPS is the one list of
     steps); DONE reports the others as not_applicable, so their rules never enter the DAG.
     """
+    return get_done_evidence(wildcards.job)
+
+
+def get_done_evidence(job):
     from rlkeep.pipeline import STEPS
 
-    kind = get_kind(wildcards.job)
+    kind = get_kind(job)
     return {
-        step.name: f"{wildcards.job}/{step.evidence}"
-        for step in STEPS
-        if kind.applies(step.name)
+        step.name: f"{job}/{step.evidence}" for step in STEPS if kind.applies(step.name)
     }

@@ -6,6 +6,11 @@ rerun over 1,000 completed jobs each finish in under 15 s (issue 10 asked 10 s f
 Baseline, in the same run: the same two invocations for 1 job, so the figures show what the
 other jobs cost (per-job planning cost = (tN - t1) / (N - 1)).
 
+The no-op is measured twice: `noop` is the campaign target (`snakemake` with no target), which
+leaves settled jobs out of planning (rlkeep.settled); `noop_named` names every `<job>/DONE`, so
+Snakemake judges every rule job of every record as before. `dryrun_settled_N_plus_10_new` is a
+campaign's ordinary day: `-n` over the N completed jobs and ten new records.
+
 How 100 completed jobs are made cheaply (`clone_completed_job`):
 1. one job is completed for real: the whole pipeline runs once against a local SeaweedFS and
    the Iris stand-in (full mode), or, in --quick mode, its outputs are written as placeholders
@@ -15,7 +20,8 @@ How 100 completed jobs are made cheaply (`clone_completed_job`):
    every `.snakemake/metadata/<base64 path>` entry of the seed is rewritten under the new
    path, with the job name replaced in its paths and params and the `done` rule's
    `record_sha256` param recomputed from the new record (the one param that is not the job
-   name substituted). The measured no-op run must then say "Nothing to be done" (checked).
+   name substituted); the clone's DONE names the clone's record's sha256. The measured no-op
+   run must then say "Nothing to be done" (checked).
 
 Times are wall seconds of the whole `python -m snakemake` process (start-up included), and
 its CPU seconds (user + sys from os.wait4), since other work on the machine skews wall time.
@@ -42,6 +48,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 SEED = "plan-seed"
 TARGET_S = 15.0
+NEW_IN_CAMPAIGN = 10  # fresh records beside the completed ones in the mixed -n
 
 
 def snakemake_command(*args: str) -> list[str]:
@@ -114,6 +121,12 @@ def clone_completed_job(data_root: Path, seed: str, new: str) -> None:
         directories.append((Path(dirpath), target_dir))
         for name in filenames:
             os.link(Path(dirpath) / name, target_dir / rename_in_text(name, seed, new))
+    # DONE names the record it describes (rlkeep.settled): the clone's names the clone's record
+    done_path = dest / "DONE"
+    done = json.loads((source / "DONE").read_text())
+    done_path.unlink()
+    done_path.write_text(json.dumps({**done, "record_sha256": record_digest}))
+    shutil.copystat(source / "DONE", done_path)
     for src_dir, dst_dir in reversed(directories):  # children first: setting a mtime is final
         shutil.copystat(src_dir, dst_dir)
 
@@ -154,6 +167,9 @@ def complete_by_touch(data_root: Path, job: str, outputs: list[str]) -> None:
             if path.suffix == ".tar":  # read after every run (STATUS.json, campaign): an empty archive
                 with tarfile.open(path, "w"):
                     pass
+            elif output == f"{job}/DONE":  # what the done step writes about the record
+                record = (data_root / "records" / f"{job}.yaml").read_bytes()
+                path.write_text(json.dumps({"job": job, "record_sha256": hashlib.sha256(record).hexdigest()}))
             else:
                 path.write_text(json.dumps({"status": "completed", "placeholder": True}) if path.suffix == ".json" else "x")
     timed_snakemake(data_root, f"{job}/DONE", "--touch")
@@ -236,15 +252,30 @@ def measure(work: Path, n_jobs: int, quick: bool) -> dict:
             clone_completed_job(done, SEED, f"plan-{index:03d}")
         if count > 1:  # the campaign pages list every record: make them once for the clones (untimed)
             timed_snakemake(done, "campaign/index.html")
-        noop = timed_snakemake(done)
-        if "Nothing to be done" not in noop["output"]:
-            raise RuntimeError(f"the no-op rerun over {count} completed jobs did work:\n{noop['output'][-3000:]}")
-        figures[f"noop_{count}_s"] = noop["wall_s"]
-        figures[f"noop_{count}_cpu_s"] = noop["cpu_s"]
-        figures[f"noop_{count}_peak_rss_mb"] = noop["maxrss_mb"]
+        # the campaign target (settled jobs left out, rlkeep.settled), then every DONE named, which
+        # has Snakemake judge every job of every record
+        jobs = [SEED] + [f"plan-{index:03d}" for index in range(1, count)]
+        for name, targets in (("noop", ()), ("noop_named", tuple(f"{job}/DONE" for job in jobs))):
+            noop = timed_snakemake(done, *targets)
+            if "Nothing to be done" not in noop["output"]:
+                raise RuntimeError(f"the no-op rerun ({name}) over {count} completed jobs did work:\n"
+                                   f"{noop['output'][-3000:]}")
+            figures[f"{name}_{count}_s"] = noop["wall_s"]
+            figures[f"{name}_{count}_cpu_s"] = noop["cpu_s"]
+            figures[f"{name}_{count}_peak_rss_mb"] = noop["maxrss_mb"]
+
+    # a campaign's day: -n over the completed jobs plus ten new records (the settled ones are left out)
+    campaign = work / f"done-{n_jobs}"
+    for index in range(NEW_IN_CAMPAIGN):
+        job = f"new-{index:03d}"
+        (campaign / "records" / f"{job}.yaml").write_text(rename_in_text(seed_record, SEED, job))
+    dry = timed_snakemake(campaign, "-n")
+    figures[f"dryrun_settled_{n_jobs}_plus_{NEW_IN_CAMPAIGN}_new_s"] = dry["wall_s"]
+    figures[f"dryrun_settled_{n_jobs}_plus_{NEW_IN_CAMPAIGN}_new_cpu_s"] = dry["cpu_s"]
+    figures[f"dryrun_settled_{n_jobs}_plus_{NEW_IN_CAMPAIGN}_new_planned_jobs"] = planned_job_count(dry["output"])
 
     n = n_jobs
-    for name in ("dryrun_fresh", "noop"):
+    for name in ("dryrun_fresh", "noop", "noop_named"):
         figures[f"{name}_per_extra_job_cpu_ms"] = round(
             1000 * (figures[f"{name}_{n}_cpu_s"] - figures[f"{name}_1_cpu_s"]) / (n - 1), 1)
     figures.update(import_costs())
