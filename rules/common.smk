@@ -10,6 +10,7 @@ from snakemake.utils import validate
 
 from rlkeep.errors import RecordError
 from rlkeep.jsonio import key_sorted
+from rlkeep.pipeline import evidence_of
 from rlkeep.records import load_record, record_path
 from rlkeep.settled import named_in_config, planning_is_forced, unsettled_reason
 from rlkeep.steps import is_authorized
@@ -121,7 +122,7 @@ def get_all_done_targets(wildcards):
 def get_unsettled_reason(job):
     """Why the job still needs planning, or None (rlkeep.settled.unsettled_reason)."""
     return unsettled_reason(
-        Path(job), get_record_sha256(job), get_done_evidence(job).values()
+        Path(job), get_record_sha256(job), lambda kind: evidence_of(job, kind).values()
     )
 
 
@@ -363,9 +364,4 @@ def get_done_inputs(wildcards):
 
 
 def get_done_evidence(job):
-    from rlkeep.pipeline import STEPS
-
-    kind = get_kind(job)
-    return {
-        step.name: f"{job}/{step.evidence}" for step in STEPS if kind.applies(step.name)
-    }
+    return evidence_of(job, get_kind(job).name)

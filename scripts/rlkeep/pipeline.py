@@ -164,6 +164,11 @@ def steps_for_kind(kind: str) -> tuple[str, ...]:
     return tuple(step.name for step in STEPS if kind in step.kinds)
 
 
+def evidence_of(job: str, kind: str) -> dict[str, str]:
+    """Each step a run kind has, and the file DONE reads for it, relative to the data root."""
+    return {step.name: f"{job}/{step.evidence}" for step in STEPS if kind in step.kinds}
+
+
 def slurm_threads() -> dict[str, int]:
     """set-threads of the SLURM profile: the rules that use more than one core."""
     return {step.name: step.threads for step in PIPELINE if step.threads > 1}

@@ -18,14 +18,16 @@ Naming `<job>/DONE` as a target always plans the whole job, as Snakemake would.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 
-def unsettled_reason(job_dir: Path, record_sha256: str, evidence: Iterable[str | Path]) -> str | None:
-    """None when the job is settled, else why not. `evidence`: the paths of the step evidence
-    files of the job's kind (as Snakemake names them, relative to the data root)."""
+def unsettled_reason(job_dir: Path, record_sha256: str,
+                     evidence_of: Callable[[str], Iterable[str | Path]]) -> str | None:
+    """None when the job is settled, else why not. `evidence_of(kind)`: the paths of the step
+    evidence files of a run kind (rlkeep.pipeline.evidence_of). The kind is DONE's: the record is
+    the one DONE describes, so it is the record's, and the record is not parsed again."""
     done_path = job_dir / "DONE"
     try:
         done_mtime = done_path.stat().st_mtime
@@ -38,7 +40,9 @@ def unsettled_reason(job_dir: Path, record_sha256: str, evidence: Iterable[str |
         return "the record differs from the one DONE describes"
     if not (job_dir / "REPORT.md").is_file():
         return "REPORT.md is missing"
-    for path in evidence:
+    if not isinstance(done.get("kind"), str):
+        return "DONE names no run kind"
+    for path in evidence_of(done["kind"]):
         try:
             mtime = Path(path).stat().st_mtime
         except FileNotFoundError:

@@ -169,7 +169,8 @@ def complete_by_touch(data_root: Path, job: str, outputs: list[str]) -> None:
                     pass
             elif output == f"{job}/DONE":  # what the done step writes about the record
                 record = (data_root / "records" / f"{job}.yaml").read_bytes()
-                path.write_text(json.dumps({"job": job, "record_sha256": hashlib.sha256(record).hexdigest()}))
+                path.write_text(json.dumps({"job": job, "kind": "rl",
+                                            "record_sha256": hashlib.sha256(record).hexdigest()}))
             else:
                 path.write_text(json.dumps({"status": "completed", "placeholder": True}) if path.suffix == ".json" else "x")
     timed_snakemake(data_root, f"{job}/DONE", "--touch")
