@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
 from rlkeep.kinds import spec_for
+from rlkeep.logfacts import remembered
 from rlkeep.metrics import without_metrics_markdown
 from rlkeep.pipeline import STEP_BY_NAME, STEPS, Step
 from rlkeep.records import JobRecord, load_record
@@ -115,12 +116,18 @@ REVISION_KEYS = ("source_revision", "git_sha", "git_commit", "git_revision", "co
 
 
 def run_source_revision(logs_tar: Path) -> str:
-    """The training code's revision when the run recorded one in its resolved config; never guessed."""
+    """The training code's revision when the run recorded one in its resolved config; never guessed.
+    Read out of logs.tar once per version of it (rlkeep.logfacts)."""
+    if not logs_tar.is_file():
+        return "not recorded"
+    return remembered(logs_tar.parent.parent, "source_revision", logs_tar, list(REVISION_KEYS),
+                      lambda: _source_revision_in(logs_tar))
+
+
+def _source_revision_in(logs_tar: Path) -> str:
     import re
     import tarfile
 
-    if not logs_tar.is_file():
-        return "not recorded"
     pattern = re.compile(rb"^\s*(?:" + b"|".join(k.encode() for k in REVISION_KEYS) + rb")\s*:\s*['\"]?([0-9a-f]{7,40})\b", re.M)
     with tarfile.open(logs_tar) as tar:
         for member in tar:

@@ -8,14 +8,14 @@ built from an entity, project or run name, and the record's URL always wins.
 """
 from __future__ import annotations
 
-import copy
 import re
 import tarfile
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from rlkeep.logfacts import remembered
 
 _ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
 _VIEW_RUN = re.compile(rb"wandb:\s+(?:\S+\s+)?View run(?:\s+.+?)?\s+at:?\s+(https?://[^\s'\"<>]+)")
@@ -85,22 +85,13 @@ def tracker_of(record: Any, job_dir: Path) -> tuple[str | None, Any]:
     if record.tracker_url:
         return record.tracker_url, "record"
     logs_tar = Path(job_dir) / "sync" / "logs.tar"
-    try:
-        info = logs_tar.stat()
-    except FileNotFoundError:
-        info = None
-    if info is None or not logs_tar.is_file():
+    if not logs_tar.is_file():
         return None, "not recorded; the trainer logs are not synced yet"
-    url, source = _tracker_in_tar(str(logs_tar.resolve()), info.st_mtime_ns, info.st_size, tuple(record.attempts))
+    # read once per version of logs.tar (rlkeep.logfacts): every invocation ends by writing STATUS.json
+    # and the campaign pages, both of which ask this of every job, whose logs no longer change
+    attempts = list(record.attempts)
+    url, source = remembered(Path(job_dir), "tracker", logs_tar, attempts,
+                             lambda: list(tracker_from_logs(_attempt_logs(logs_tar, attempts))))
     if url is None:
         return None, "not recorded, and no trainer log printed one"
-    return url, {**copy.deepcopy(source), "logs": "sync/logs.tar"}
-
-
-@lru_cache(maxsize=4096)
-def _tracker_in_tar(logs_tar: str, mtime_ns: int, size: int, attempts: tuple[str, ...]
-                    ) -> tuple[str | None, dict[str, Any] | None]:
-    """tracker_from_logs over one logs.tar, once per version of the file (path, mtime, size):
-    every invocation ends by writing STATUS.json and the campaign pages, both of which ask this
-    of every job, and a campaign has hundreds of jobs whose logs no longer change."""
-    return tracker_from_logs(_attempt_logs(Path(logs_tar), list(attempts)))
+    return url, {**source, "logs": "sync/logs.tar"}
