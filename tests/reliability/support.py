@@ -272,6 +272,11 @@ def stable_done(scenario: Scenario) -> dict[str, Any]:
     done = copy.deepcopy(read_json(scenario.job_dir / "DONE"))
     for name in UNSTABLE_DONE_FIELDS:
         done.pop(name, None)
+    # the digest of this scenario's own record (which names its bucket and data root): checked, then
+    # set aside; a DONE that describes another record keeps the difference for the comparison to show
+    record = scenario.data_root / "records" / f"{scenario.record['job']}.yaml"
+    if done.get("record_sha256") == hashlib.sha256(record.read_bytes()).hexdigest():
+        done.pop("record_sha256")
     if isinstance(done.get("destinations"), dict):
         done["destinations"].pop("model_commit", None)
         done["destinations"].pop("traces_commit", None)
