@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rlkeep.steps import is_authorized
+
 
 def unsettled_reason(job_dir: Path, record_sha256: str,
                      evidence_of: Callable[[str], Iterable[str | Path]]) -> str | None:
@@ -53,14 +55,9 @@ def unsettled_reason(job_dir: Path, record_sha256: str,
 
 
 def named_in_config(config: Mapping[str, Any], job: str) -> bool:
-    """Whether any `--config` value is this job or a list naming it (authority is granted that way)."""
-    for value in config.values():
-        if isinstance(value, (list, tuple)):
-            if job in [str(item) for item in value]:
-                return True
-        elif isinstance(value, (str, int)) and str(value) == job:
-            return True
-    return False
+    """Whether any config value names this job as authority is granted (rlkeep.steps.is_authorized:
+    the job itself, or a list naming it), whatever the key."""
+    return any(is_authorized(config, key, job) for key in config)
 
 
 def planning_is_forced(dag_settings: Any) -> bool:
