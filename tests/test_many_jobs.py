@@ -112,8 +112,10 @@ def test_one_blocked_job_among_many_does_not_stop_the_others(data_root: Path, bu
 
     # Transfers never overlapped: each held the one net_io token (intervals from Snakemake's metadata
     # of the transfers that finished; the blocked run's export never started).
-    transfers = [planned for planned in executed_jobs(log)
-                 if planned.net_io and all((data_root / output).exists() for output in planned.outputs)]
+    def finished(planned: PlannedJob) -> bool:
+        return all((data_root / output).exists() for output in planned.outputs)
+
+    transfers = [planned for planned in executed_jobs(log) if planned.net_io and finished(planned)]
     assert {planned.job for planned in transfers} == set(jobs)
     assert {"sync_logs", "sync_traces", "list_checkpoints", "export_model"} <= {planned.rule for planned in transfers}
     assert len(transfers) >= (MANY - 1) * 6, [(p.rule, p.job) for p in transfers]
@@ -122,7 +124,7 @@ def test_one_blocked_job_among_many_does_not_stop_the_others(data_root: Path, bu
     assert overlapping(intervals) == []
     # the cap serializes transfers, not everything: some non-transfer job ran beside a transfer
     others = [(*metadata_interval(data_root, p.outputs), p.rule) for p in executed_jobs(log)
-              if not p.net_io and p.outputs and all((data_root / output).exists() for output in p.outputs)]
+              if not p.net_io and p.outputs and finished(p)]
     assert any(overlapping([transfer, other]) for transfer in intervals for other in others)
 
     # exactly the pending retry of each Iris-scheduled run was stopped, nothing of the others
