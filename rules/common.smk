@@ -12,7 +12,13 @@ from rlkeep.errors import RecordError
 from rlkeep.jsonio import key_sorted
 from rlkeep.pipeline import evidence_of
 from rlkeep.records import load_record, record_path
-from rlkeep.settled import named_in_config, planning_is_forced, unsettled_reason
+from rlkeep.settled import (
+    admitted_jobs,
+    named_in_config,
+    planning_is_forced,
+    unsettled_reason,
+    waiting_message,
+)
 from rlkeep.steps import is_authorized
 
 ##### why each edge exists #####
@@ -107,16 +113,33 @@ def get_all_jobs():
 
 def get_all_done_targets(wildcards):
     """DONE of every job the campaign target still has to plan: a settled job (its completion
-    record still describes it, rlkeep.settled) is left out, unless this invocation forces
-    anything. An input function, so Snakemake's DAG settings (--forcerun, ...) are known.
+    record still describes it, rlkeep.settled) is left out unless this invocation forces
+    anything, and at most `max_new_jobs` jobs that have not started are taken (the others wait,
+    and planning says so). An input function, so Snakemake's DAG settings (--forcerun, ...) are known.
     """
-    if planning_is_forced(workflow.dag_settings):
-        return [f"{job}/DONE" for job in get_all_jobs()]
-    return [
-        f"{job}/DONE"
-        for job in get_all_jobs()
-        if named_in_config(config, job) or get_unsettled_reason(job) is not None
-    ]
+    forced = planning_is_forced(workflow.dag_settings)
+    max_new_jobs = get_max_new_jobs()
+    planned, waiting = admitted_jobs(
+        get_all_jobs(),
+        started=lambda job: Path(job).is_dir(),
+        needs_planning=lambda job: forced or get_unsettled_reason(job) is not None,
+        named=lambda job: named_in_config(config, job),
+        max_new_jobs=max_new_jobs,
+    )
+    if waiting and not WAITING_REPORTED:
+        WAITING_REPORTED.append(True)
+        print(waiting_message(waiting, max_new_jobs), file=sys.stderr)
+    return [f"{job}/DONE" for job in planned]
+
+
+# the waiting records are reported once per invocation, however often Snakemake asks for the inputs
+WAITING_REPORTED = []
+
+
+def get_max_new_jobs():
+    """config max_new_jobs: an int, or None for 'all'."""
+    value = config.get("max_new_jobs", "all")
+    return None if value == "all" else value
 
 
 def get_unsettled_reason(job):

@@ -7,12 +7,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from rlkeep.settled import named_in_config, planning_is_forced, unsettled_reason
+from rlkeep.settled import admitted_jobs, named_in_config, planning_is_forced, unsettled_reason, waiting_message
+from tests.conftest import run_snakemake, write_record
 
 RECORD = b"job: rl-demo\n"
 SHA = hashlib.sha256(RECORD).hexdigest()
@@ -99,3 +101,66 @@ def test_the_evidence_of_a_kind_is_what_done_waits_on() -> None:
         assert all(path == f"rl-demo/{STEP_BY_NAME[step].evidence}" for step, path in evidence.items())
     assert "rl-demo/verify/archive.json" in evidence_of("rl-demo", "sft").values()
     assert "rl-demo/verify/model.json" not in evidence_of("rl-demo", "sft").values()
+
+
+# --------------------------------------------------------------------------- new jobs per invocation
+
+
+def test_new_jobs_are_taken_in_name_order_up_to_the_limit_and_the_rest_wait() -> None:
+    jobs = [f"run-{index}" for index in range(6)]
+    started = {"run-4"}                      # a started job is never held back, nor counts as new
+    named = {"run-5"}                        # nor is one a --config value names
+    planned, waiting = admitted_jobs(jobs, started=started.__contains__, needs_planning=lambda job: True,
+                                     named=named.__contains__, max_new_jobs=2)
+    assert planned == ["run-0", "run-1", "run-4", "run-5"]
+    assert waiting == ["run-2", "run-3"]
+
+    planned, waiting = admitted_jobs(jobs, started=started.__contains__, needs_planning=lambda job: True,
+                                     named=named.__contains__, max_new_jobs=None)
+    assert planned == jobs and waiting == []
+
+
+def test_a_settled_job_leaves_room_for_no_new_job_and_is_not_planned() -> None:
+    jobs = ["a-done", "b-new", "c-new"]
+    planned, waiting = admitted_jobs(jobs, started=lambda job: job.endswith("done"),
+                                     needs_planning=lambda job: False, named=lambda job: False, max_new_jobs=1)
+    assert planned == ["b-new"] and waiting == ["c-new"]
+
+
+def test_the_waiting_message_counts_names_and_says_how_to_continue() -> None:
+    message = waiting_message([f"run-{index}" for index in range(5)], 100)
+    assert "5 record(s)" in message and "run-0, run-1, run-2, ..." in message and "run-4" not in message
+    assert "at most 100 new job(s)" in message and "max_new_jobs=<n>" in message and "=all" in message
+
+
+def plannable_record(job: str) -> dict:
+    """A valid rl record; planning never reads its store."""
+    return {"job": job, "user": "test", "scheduler": "iris", "cluster": "cw-test",
+            "chain": [f"/test/{job}"], "store": f"s3://runs/iris/{job}",
+            "checkpoint": {"interval": 20, "rule": {"kind": "latest"}}}
+
+
+def planned_jobs(output: str) -> set[str]:
+    return set(re.findall(r"output: ([A-Za-z0-9._-]+)/DONE", output))
+
+
+def test_the_campaign_target_plans_at_most_max_new_jobs_new_records(data_root: Path) -> None:
+    for job in ("rl-a", "rl-b", "rl-c", "rl-d"):
+        write_record(data_root, plannable_record(job))
+    (data_root / "rl-d" / "logs").mkdir(parents=True)  # started: planned whatever the limit
+
+    plan = run_snakemake(data_root, extra=("-n",), config=("max_new_jobs=1",))
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    assert planned_jobs(plan.stdout) == {"rl-a", "rl-d"}
+    assert "2 record(s) whose job has not started wait for a later invocation (rl-b, rl-c)" in plan.stderr
+
+    everything = run_snakemake(data_root, extra=("-n",), config=("max_new_jobs=all",))
+    assert everything.returncode == 0, everything.stderr[-3000:]
+    assert planned_jobs(everything.stdout) == {"rl-a", "rl-b", "rl-c", "rl-d"}
+    assert "wait for a later invocation" not in everything.stderr
+
+    named = run_snakemake(data_root, "rl-c/DONE", extra=("-n",), config=("max_new_jobs=1",))
+    assert named.returncode == 0 and planned_jobs(named.stdout) == {"rl-c"}
+
+    refused = run_snakemake(data_root, extra=("-n",), config=("max_new_jobs=0",))
+    assert refused.returncode != 0 and "On instance['max_new_jobs']" in refused.stdout + refused.stderr
