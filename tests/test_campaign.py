@@ -248,3 +248,54 @@ def test_chain_figure_uses_the_schedulers_times_when_it_has_them() -> None:
     assert alt == ("The chain of 3 attempts drawn on the scheduler's times: #1 /u/run: failed (dead); "
                    "#2 /u/run-r1: pending (stopped); unrecorded /u/run-r9: running (unrecorded)")
     assert timeline_panel([]) is None
+
+
+# --------------------------------------------------------------------------- refreshing only what changed
+
+
+def page_identities(root: Path) -> dict[str, tuple[int, int]]:
+    """(inode, mtime_ns) of each run page: a rewrite (atomic, a new file) changes the inode."""
+    return {path.stem: (path.stat().st_ino, path.stat().st_mtime_ns)
+            for path in (root / "campaign").glob("*.html") if path.name != "index.html"}
+
+
+def test_a_refresh_rewrites_only_the_pages_of_runs_that_changed(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    index = build(root, monkeypatch)
+    first = page_identities(root)
+    first_index = index.stat().st_ino
+    assert set(first) == {"rl-done", "rl-stuck", "rl-later"}
+
+    build(root, monkeypatch)
+    assert page_identities(root) == first           # nothing changed: no run page rewritten
+    assert index.stat().st_ino != first_index       # the index is always written
+
+    # rl-stuck's sync_logs now succeeded and rl-later started: both pages and rows follow, rl-done's stays
+    (root / "rl-stuck" / "sync").mkdir()
+    (root / "rl-stuck" / "sync" / "logs.manifest.json").write_text('{"status": "completed", "bytes": 1}')
+    (root / "rl-later" / "logs").mkdir(parents=True)
+    rows = parse_rows(build(root, monkeypatch).read_text())
+    now = page_identities(root)
+    assert now["rl-done"] == first["rl-done"]
+    assert now["rl-stuck"] != first["rl-stuck"] and now["rl-later"] != first["rl-later"]
+    assert rows["rl-stuck"]["steps"]["sync_logs"] == "completed"
+    assert rows["rl-later"]["state"] == "in_progress"
+    assert rows["rl-done"]["state"] == "done"
+
+    # an edited record counts too
+    record_file = root / "records" / "rl-done.yaml"
+    record_file.write_text(record_file.read_text() + "# reviewed\n")
+    build(root, monkeypatch)
+    assert page_identities(root)["rl-done"] != first["rl-done"]
+
+
+def test_a_missing_page_or_an_unreadable_memory_rebuilds(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    build(root, monkeypatch)
+    (root / "campaign" / "rl-done.html").unlink()   # as Snakemake does before the campaign rule runs
+    build(root, monkeypatch)
+    assert "rl-done" in (root / "campaign" / "rl-done.html").read_text()
+
+    first = page_identities(root)
+    (root / "campaign" / ".pages.json").write_text("{half")
+    rows = parse_rows(build(root, monkeypatch).read_text())
+    assert all(page_identities(root)[job] != first[job] for job in first)
+    assert set(rows) == {"rl-done", "rl-stuck", "rl-later"}

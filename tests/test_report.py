@@ -97,3 +97,31 @@ def test_the_invocation_is_read_from_the_command_line() -> None:
     assert invocation_from_argv(["x", "--snakefile", "/a b/Snakefile", "--profile=p", "j/DONE"]) == (
         "snakemake --snakefile '/a b/Snakefile' --profile p")
     assert invocation_from_argv(["snakemake", "j/DONE"]) == "snakemake --profile iris"
+
+
+def test_status_of_a_job_folder_that_did_not_change_is_not_rebuilt(tmp_path: Path, monkeypatch) -> None:
+    import rlkeep.report as report
+
+    job, _ = job_folder(tmp_path)
+    built = []
+    real_build_status = report.build_status
+    monkeypatch.setattr(report, "build_status", lambda *a, **k: built.append(a[0].name) or real_build_status(*a, **k))
+
+    def refresh(invocation: str = "snakemake --profile x") -> list[Path]:
+        built.clear()
+        return write_status_for_jobs(tmp_path, Path("records"), invocation)
+
+    assert refresh() == [job / "STATUS.json"] and built == ["rl-swe"]
+    assert refresh() == [] and built == []               # nothing changed: not even read again
+    (job / "verify").mkdir(exist_ok=True)
+    (job / "verify" / "archive.json").write_text(json.dumps({"status": "completed"}))
+    assert refresh() == [job / "STATUS.json"] and built == ["rl-swe"]
+    assert json.loads((job / "STATUS.json").read_text())["steps"]["verify_archive"]["status"] == "completed"
+    assert refresh() == [] and built == []
+    # another invocation names other continue commands; a removed STATUS.json or memo is made again
+    assert refresh("snakemake --profile y") == [job / "STATUS.json"]
+    (job / "STATUS.json").unlink()
+    assert refresh("snakemake --profile y") == [job / "STATUS.json"]
+    (job / ".work" / "status_fingerprint").write_text("garbled")
+    refresh("snakemake --profile y")
+    assert built == ["rl-swe"]

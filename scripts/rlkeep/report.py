@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlkeep.errors import RlkeepError
+from rlkeep.folderstate import job_fingerprint
 from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
 from rlkeep.kinds import spec_for
 from rlkeep.logfacts import remembered
@@ -428,6 +429,18 @@ def invocation_from_argv(argv: list[str]) -> str:
     return shlex.join(parts)
 
 
+# STATUS.json is not made from itself; `.work/` holds what rlkeep derives (rlkeep.folderstate)
+STATUS_FINGERPRINT_SKIPS = frozenset({".work", "STATUS.json"})
+
+
+def _remember_fingerprint(memo: Path, fingerprint: str) -> None:
+    """Best effort: without the memo, STATUS.json is only rebuilt and compared again next time."""
+    try:
+        atomic_write_bytes(memo, fingerprint.encode("ascii"))
+    except OSError:
+        pass
+
+
 def write_status_for_jobs(data_root: Path, records_dir: Path, invocation: str | None = None) -> list[Path]:
     """STATUS.json for every job with a record and a job folder (called after every run)."""
     import sys
@@ -437,18 +450,29 @@ def write_status_for_jobs(data_root: Path, records_dir: Path, invocation: str | 
     records_dir = records_dir if records_dir.is_absolute() else data_root / records_dir
     if not records_dir.is_dir():
         return written
+    settings = {"revision": rlkeep_revision(), "invocation": invocation}
     for record_file in sorted(records_dir.glob("*.yaml")):
         job_dir = data_root / record_file.stem
         if not job_dir.is_dir():
             continue
-        status = build_status(job_dir, record=_record_of(record_file), invocation=invocation)
         previous = job_dir / "STATUS.json"
+        # Nothing STATUS.json is made of changed since it was last written: leave it (rlkeep.folderstate)
+        fingerprint = job_fingerprint(record_file, job_dir, settings, skip_at_top=STATUS_FINGERPRINT_SKIPS)
+        memo = job_dir / ".work" / "status_fingerprint"
+        try:
+            if previous.is_file() and memo.read_text() == fingerprint:
+                continue
+        except OSError:
+            pass
+        status = build_status(job_dir, record=_record_of(record_file), invocation=invocation)
+        unchanged = False
         if previous.is_file():
             try:
-                if {k: v for k, v in read_json(previous).items() if k != "written_at"} == status:
-                    continue
+                unchanged = {k: v for k, v in read_json(previous).items() if k != "written_at"} == status
             except (ValueError, OSError):
                 pass
-        write_json(previous, {**status, "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-        written.append(previous)
+        if not unchanged:
+            write_json(previous, {**status, "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+            written.append(previous)
+        _remember_fingerprint(memo, fingerprint)
     return written

@@ -43,6 +43,14 @@ def run_row(view: RunView, endpoint: str | None = None) -> str:
 
 
 def index_html(views: list[RunView], *, generated_at: str, revision: str, endpoint: str | None = None) -> str:
+    return index_from_rows([(view.overall, run_row(view, endpoint)) for view in views],
+                           generated_at=generated_at, revision=revision)
+
+
+def index_from_rows(rows: list[tuple[str, str]], *, generated_at: str, revision: str) -> str:
+    """The index from each record's (overall state, run_row HTML), in record order: the writer keeps
+    the rows of runs that did not change, so a refresh reads only the runs that did."""
+
     def sortable(label: str, extra: str = "") -> str:
         return f"<th scope=\"col\"{extra}><button class=\"sort\" type=\"button\">{esc(label)}</button></th>"
 
@@ -51,21 +59,20 @@ def index_html(views: list[RunView], *, generated_at: str, revision: str, endpoi
     head += [sortable("checkpoint"), "<th scope=\"col\">destinations</th>", sortable("preserved"),
              sortable("reclaimed"), sortable("still reclaimable"), "<th scope=\"col\">blocked by / continue with</th>"]
     counts: dict[str, int] = {}
-    for view in views:
-        counts[view.overall] = counts.get(view.overall, 0) + 1
+    for overall, _ in rows:
+        counts[overall] = counts.get(overall, 0) + 1
     summary = ", ".join(f"{count} {state.replace('_', ' ')}" for state, count in sorted(counts.items())) or "no records"
     options = "".join(f"<option value=\"{esc(state)}\">{esc(state.replace('_', ' '))}</option>"
                       for state in ("done", "blocked", "in_progress", "not_started", "unreadable"))
     legend = "".join(f"<span class=\"st-{s}\">{s.replace('_', ' ')}</span>" for s in STEP_STATES)
-    rows = "".join(run_row(view, endpoint) for view in views)
     body = (
-        f"<h1>rlkeep campaign</h1><p>{len(views)} records: {esc(summary)}.</p>"
+        f"<h1>rlkeep campaign</h1><p>{len(rows)} records: {esc(summary)}.</p>"
         f"<p class=\"legend\">Step states: {legend} (hover a cell for its reason).</p>"
         "<div id=\"controls\" hidden><label for=\"state-filter\">Show runs in state </label>"
         f"<select id=\"state-filter\"><option value=\"\">any</option>{options}</select> "
         "(click a column heading to sort)</div>"
         "<table id=\"runs\"><caption>One row per record in records/: each step of the pipeline, the selected "
         "checkpoint, the destinations, the storage, and what continues a run that is not done</caption>"
-        f"<thead><tr>{''.join(head)}</tr></thead><tbody>{rows}</tbody></table>"
+        f"<thead><tr>{''.join(head)}</tr></thead><tbody>{''.join(row for _, row in rows)}</tbody></table>"
     )
     return page("rlkeep campaign", body, generated_at=generated_at, revision=revision, script=SCRIPT)

@@ -1,30 +1,73 @@
-"""Write the campaign pages: `campaign/index.html` and `campaign/<job>.html` for every record."""
+"""Write the campaign pages: `campaign/index.html` and `campaign/<job>.html` for every record.
+
+The pages are rebuilt after every invocation, and a run page costs tens of milliseconds and a
+few hundred KB to build and write, so a campaign of 1,000 runs would spend half a minute rewriting
+pages of runs nothing touched. `campaign/.pages.json` remembers, per run, a fingerprint of what its
+page is made from (the record file and the job folder's listing, rlkeep.folderstate) and the run's
+index row; a run whose fingerprint is unchanged keeps its page and row. Anything
+that changes every page (rlkeep's revision, the Hub endpoint, the invocation) rebuilds them all.
+"""
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
+from typing import Any
 
-from rlkeep.campaign.index_page import index_html
+from rlkeep.campaign.index_page import index_from_rows, run_row
 from rlkeep.campaign.run_page import run_html
-from rlkeep.campaign.views import load_campaign
-from rlkeep.jsonio import atomic_write_bytes
+from rlkeep.campaign.views import load_run
+from rlkeep.folderstate import job_fingerprint
+from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
 from rlkeep.report import rlkeep_revision
+
+PAGES_STATE = ".pages.json"
+PAGES_FORMAT = 1  # raise when the pages change in a way the fingerprint cannot see
+
+
+def _previous_runs(state_path: Path, settings: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """The runs remembered by the last refresh made with the same settings; {} when there are none."""
+    try:
+        state = read_json(state_path)
+    except (FileNotFoundError, ValueError, OSError):
+        return {}
+    if not isinstance(state, dict) or state.get("settings") != settings or not isinstance(state.get("runs"), dict):
+        return {}
+    return {job: run for job, run in state["runs"].items()
+            if isinstance(run, dict) and all(isinstance(run.get(key), str) for key in ("fingerprint", "overall", "row"))}
 
 
 def write_campaign(data_root: Path, records_dir: Path, *, out_dir: Path | None = None,
                    invocation: str = "snakemake --profile iris", endpoint: str | None = None) -> Path:
-    """campaign/index.html and campaign/<job>.html for every record; returns the index's path."""
+    """campaign/index.html and campaign/<job>.html for every record (only the runs that changed are
+    read and rewritten); returns the index's path."""
     data_root = Path(data_root)
+    records_dir = Path(records_dir)
+    records_dir = records_dir if records_dir.is_absolute() else data_root / records_dir
     out_dir = out_dir or data_root / "campaign"
     out_dir.mkdir(parents=True, exist_ok=True)
-    views = load_campaign(data_root, Path(records_dir), invocation)
     generated_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     revision = rlkeep_revision()
-    for view in views:
-        atomic_write_bytes(out_dir / f"{view.job}.html", run_html(
-            view, data_root / view.job, generated_at=generated_at, revision=revision, endpoint=endpoint,
-            cache_dir=out_dir / ".plots").encode("utf-8"))
+    settings = {"format": PAGES_FORMAT, "revision": revision, "invocation": invocation,
+                "endpoint": endpoint or os.environ.get("HF_ENDPOINT")}
+    state_path = out_dir / PAGES_STATE
+    previous = _previous_runs(state_path, settings)
+    runs: dict[str, dict[str, str]] = {}
+    record_files = sorted(records_dir.glob("*.yaml")) if records_dir.is_dir() else []
+    for record_file in record_files:
+        job = record_file.stem
+        page_path = out_dir / f"{job}.html"
+        fingerprint = job_fingerprint(record_file, data_root / job)  # before reading: a later change shows next time
+        known = previous.get(job)
+        if known is not None and known["fingerprint"] == fingerprint and page_path.is_file():
+            runs[job] = known
+            continue
+        view = load_run(data_root, record_file, invocation)
+        atomic_write_bytes(page_path, run_html(view, data_root / job, generated_at=generated_at, revision=revision,
+                                               endpoint=endpoint, cache_dir=out_dir / ".plots").encode("utf-8"))
+        runs[job] = {"fingerprint": fingerprint, "overall": view.overall, "row": run_row(view, endpoint)}
     index = out_dir / "index.html"
-    atomic_write_bytes(index, index_html(views, generated_at=generated_at, revision=revision,
-                                         endpoint=endpoint).encode("utf-8"))
+    atomic_write_bytes(index, index_from_rows([(run["overall"], run["row"]) for run in runs.values()],
+                                              generated_at=generated_at, revision=revision).encode("utf-8"))
+    write_json(state_path, {"settings": settings, "runs": runs})
     return index

@@ -1,0 +1,65 @@
+"""A cheap fingerprint of a job folder and its record, for what is rebuilt after every invocation.
+
+Every invocation ends by writing STATUS.json and the campaign pages for every job with a record
+(rules/common.smk, onsuccess/onerror). Over a campaign of hundreds of runs most of them did not
+change, and rebuilding them reads every run's sentinels and tables again (campaign pages: tens of
+ms and a few hundred KB per run). A job's STATUS.json and its page are made only from the record
+and files at most three levels into the job folder (the deepest is whether
+stage/model/training_logs/ has entries, and adding one changes that folder's listed mtime), so the
+listing of those levels
+(name, size, mtime_ns, inode: an atomic rewrite gives a new inode) and the record's stat tell
+whether anything they show can have changed. `.work/` is left out: it holds the steps' scratch
+state and rlkeep's own memos, which neither STATUS.json nor the pages read (the one they do,
+rlkeep.logfacts, follows sync/logs.tar).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any
+
+FINGERPRINT_DEPTH = 3
+SKIPPED_AT_TOP = frozenset({".work"})
+
+
+def folder_entries(job_dir: Path, *, depth: int = FINGERPRINT_DEPTH,
+                   skip_at_top: Collection[str] = SKIPPED_AT_TOP) -> list[tuple[str, int, int, int]]:
+    """(relative path, size, mtime_ns, inode) of every entry down to `depth` levels, sorted."""
+    found: list[tuple[str, int, int, int]] = []
+
+    def walk(directory: str, prefix: str, level: int) -> None:
+        try:
+            with os.scandir(directory) as listing:
+                entries = sorted(listing, key=lambda entry: entry.name)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for entry in entries:
+            if level == 1 and entry.name in skip_at_top:
+                continue
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # removed while listing: the next fingerprint sees the folder as it is then
+            found.append((prefix + entry.name, info.st_size, info.st_mtime_ns, info.st_ino))
+            if level < depth and entry.is_dir(follow_symlinks=False):
+                walk(entry.path, f"{prefix}{entry.name}/", level + 1)
+
+    walk(str(job_dir), "", 1)
+    return found
+
+
+def job_fingerprint(record_file: Path, job_dir: Path, settings: Any = None, *,
+                    skip_at_top: Collection[str] = SKIPPED_AT_TOP) -> str:
+    """A digest of the record file's stat, the job folder's listing and `settings` (JSON values that
+    change what is built from them, e.g. rlkeep's revision)."""
+    try:
+        record = record_file.stat()
+        record_stat: list[int] | None = [record.st_size, record.st_mtime_ns, record.st_ino]
+    except FileNotFoundError:
+        record_stat = None
+    payload = json.dumps([record_stat, folder_entries(job_dir, skip_at_top=skip_at_top), settings],
+                         separators=(",", ":"), sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()
