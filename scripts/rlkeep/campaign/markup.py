@@ -72,7 +72,8 @@ def page(title: str, body: str, *, generated_at: str, revision: str, script: str
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
         f"<title>{esc(title)}</title><style>{CSS}</style></head><body>"
         f"{body}<footer>Made {esc(generated_at)} by rlkeep revision <code>{esc(revision)}</code> from the local "
-        "records and job folders; rebuilt at the end of every rlkeep invocation.</footer>"
+        "records and job folders; brought up to date at the end of every rlkeep invocation (a run's page "
+        "when its run changed).</footer>"
         f"{scripts}</body></html>\n"
     )
 
