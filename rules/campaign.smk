@@ -19,7 +19,7 @@ rule campaign:
     conda:
         RLKEEP_ENV
     params:
-        records=str(RECORDS_DIR),
+        records=get_records_dir,
         invocation=get_invocation(),  # the command a blocked run's row says to continue with
     script:
         "../scripts/campaign_step.py"

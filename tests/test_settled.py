@@ -164,3 +164,16 @@ def test_the_campaign_target_plans_at_most_max_new_jobs_new_records(data_root: P
 
     refused = run_snakemake(data_root, extra=("-n",), config=("max_new_jobs=0",))
     assert refused.returncode != 0 and "On instance['max_new_jobs']" in refused.stdout + refused.stderr
+
+
+def test_a_run_says_which_records_wait_when_it_starts_and_again_when_it_ends(data_root: Path) -> None:
+    for job in ("rl-a", "rl-b"):
+        write_record(data_root, plannable_record(job))
+    # only the chain capture of the admitted job runs; there is no `iris` here, so it fails, and
+    # the end of the invocation (onerror) repeats which records wait
+    env = {"PATH": os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if not (Path(p) / "iris").exists())}
+    result = run_snakemake(data_root, extra=("--until", "capture_chain"), config=("max_new_jobs=1",), env=env)
+    assert result.returncode != 0
+    assert result.stderr.count("1 record(s) whose job has not started wait for a later invocation (rl-b)") == 2
+    assert (data_root / "rl-a").is_dir() and not (data_root / "rl-b").exists()
+    assert "capture_chain" in result.stderr.split("wait for a later invocation")[1]  # the run came in between
