@@ -14,10 +14,12 @@ rlkeep.logfacts, follows sync/logs.tar).
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +65,22 @@ def job_fingerprint(record_file: Path, job_dir: Path, settings: Any = None, *,
     payload = json.dumps([record_stat, folder_entries(job_dir, skip_at_top=skip_at_top), settings],
                          separators=(",", ":"), sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()
+
+
+@contextlib.contextmanager
+def refresh_lock(lock_path: Path) -> Iterator[None]:
+    """Serialize the refreshes that remember fingerprints: two invocations ending together could
+    otherwise leave an older page or STATUS.json under the newer fingerprint, kept until the job
+    changes again. Best effort where the filesystem has no `flock` (some Lustre mounts): the
+    refresh then goes on unlocked, as it did before fingerprints."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError:
+            yield
+            return
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

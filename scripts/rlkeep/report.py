@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlkeep.errors import RlkeepError
-from rlkeep.folderstate import job_fingerprint
+from rlkeep.folderstate import job_fingerprint, refresh_lock
 from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
 from rlkeep.kinds import spec_for
 from rlkeep.logfacts import remembered
@@ -455,24 +455,31 @@ def write_status_for_jobs(data_root: Path, records_dir: Path, invocation: str | 
         job_dir = data_root / record_file.stem
         if not job_dir.is_dir():
             continue
-        previous = job_dir / "STATUS.json"
-        # Nothing STATUS.json is made of changed since it was last written: leave it (rlkeep.folderstate)
-        fingerprint = job_fingerprint(record_file, job_dir, settings, skip_at_top=STATUS_FINGERPRINT_SKIPS)
-        memo = job_dir / ".work" / "status_fingerprint"
-        try:
-            if previous.is_file() and memo.read_text() == fingerprint:
-                continue
-        except OSError:
-            pass
-        status = build_status(job_dir, record=_record_of(record_file), invocation=invocation)
-        unchanged = False
-        if previous.is_file():
-            try:
-                unchanged = {k: v for k, v in read_json(previous).items() if k != "written_at"} == status
-            except (ValueError, OSError):
-                pass
-        if not unchanged:
-            write_json(previous, {**status, "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-            written.append(previous)
-        _remember_fingerprint(memo, fingerprint)
+        with refresh_lock(job_dir / ".work" / "status.lock"):
+            if _refresh_status(record_file, job_dir, settings):
+                written.append(job_dir / "STATUS.json")
     return written
+
+
+def _refresh_status(record_file: Path, job_dir: Path, settings: dict[str, str]) -> bool:
+    """Write the job's STATUS.json when what it is made of changed; True when it was written."""
+    previous = job_dir / "STATUS.json"
+    # Nothing STATUS.json is made of changed since it was last written: leave it (rlkeep.folderstate)
+    fingerprint = job_fingerprint(record_file, job_dir, settings, skip_at_top=STATUS_FINGERPRINT_SKIPS)
+    memo = job_dir / ".work" / "status_fingerprint"
+    try:
+        if previous.is_file() and memo.read_text() == fingerprint:
+            return False
+    except OSError:
+        pass
+    status = build_status(job_dir, record=_record_of(record_file), invocation=settings["invocation"])
+    unchanged = False
+    if previous.is_file():
+        try:
+            unchanged = {k: v for k, v in read_json(previous).items() if k != "written_at"} == status
+        except (ValueError, OSError):
+            pass
+    if not unchanged:
+        write_json(previous, {**status, "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    _remember_fingerprint(memo, fingerprint)
+    return not unchanged

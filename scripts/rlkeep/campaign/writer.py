@@ -17,11 +17,12 @@ from typing import Any
 from rlkeep.campaign.index_page import index_from_rows, run_row
 from rlkeep.campaign.run_page import run_html
 from rlkeep.campaign.views import load_run
-from rlkeep.folderstate import job_fingerprint
+from rlkeep.folderstate import job_fingerprint, refresh_lock
 from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
 from rlkeep.report import rlkeep_revision
 
 PAGES_STATE = ".pages.json"
+PAGES_LOCK = ".pages.lock"
 PAGES_FORMAT = 1  # raise when the pages change in a way the fingerprint cannot see
 
 
@@ -50,6 +51,13 @@ def write_campaign(data_root: Path, records_dir: Path, *, out_dir: Path | None =
     revision = rlkeep_revision()
     settings = {"format": PAGES_FORMAT, "revision": revision, "invocation": invocation,
                 "endpoint": endpoint or os.environ.get("HF_ENDPOINT")}
+    with refresh_lock(out_dir / PAGES_LOCK):
+        return _refresh(data_root, records_dir, out_dir, settings, generated_at, endpoint)
+
+
+def _refresh(data_root: Path, records_dir: Path, out_dir: Path, settings: dict[str, Any], generated_at: str,
+             endpoint: str | None) -> Path:
+    revision, invocation = settings["revision"], settings["invocation"]
     state_path = out_dir / PAGES_STATE
     previous = _previous_runs(state_path, settings)
     runs: dict[str, dict[str, str]] = {}
