@@ -76,3 +76,27 @@ def test_the_refresh_lock_keeps_a_second_refresh_out_until_released(tmp_path: Pa
     with refresh_lock(lock):
         assert not other_process_gets_it()
     assert other_process_gets_it()
+
+
+def test_a_lock_held_too_long_is_waited_for_only_so_long(tmp_path: Path, capsys) -> None:
+    lock = tmp_path / ".pages.lock"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_FOR_A_WHILE, str(lock)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with refresh_lock(lock, wait_s=0.3) as held:
+            assert held is False
+        assert "still held after 0.3 s; refreshing without it" in capsys.readouterr().err
+    finally:
+        holder.kill()
+        holder.wait()
+    with refresh_lock(lock, wait_s=0.3) as held:   # released with its holder's death
+        assert held is True
+
+
+HOLD_FOR_A_WHILE = """
+import fcntl, sys, time
+with open(sys.argv[1], "a") as handle:
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    print("held", flush=True)
+    time.sleep(60)
+"""

@@ -19,6 +19,8 @@ import fcntl
 import hashlib
 import json
 import os
+import sys
+import time
 from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
@@ -67,20 +69,34 @@ def job_fingerprint(record_file: Path, job_dir: Path, settings: Any = None, *,
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+REFRESH_LOCK_WAIT_S = 120.0  # a refresh holds the lock for seconds; past this, another is stuck
+
+
 @contextlib.contextmanager
-def refresh_lock(lock_path: Path) -> Iterator[None]:
+def refresh_lock(lock_path: Path, wait_s: float = REFRESH_LOCK_WAIT_S) -> Iterator[bool]:
     """Serialize the refreshes that remember fingerprints: two invocations ending together could
     otherwise leave an older page or STATUS.json under the newer fingerprint, kept until the job
-    changes again. Best effort where the filesystem has no `flock` (some Lustre mounts): the
-    refresh then goes on unlocked, as it did before fingerprints."""
+    changes again. Yields whether the lock is held. The end of an invocation must never hang on
+    it: after `wait_s` (a holder stuck on a dead mount, say), or where the filesystem has no
+    `flock` (some Lustre mounts), the refresh says so and goes on unlocked."""
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "a") as handle:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    print(f"rlkeep: {lock_path} still held after {wait_s:g} s; refreshing without it",
+                          file=sys.stderr)
+                    yield False
+                    return
+                time.sleep(0.05)
+            except OSError:
+                yield False
+                return
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        except OSError:
-            yield
-            return
-        try:
-            yield
+            yield True
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
