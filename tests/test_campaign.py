@@ -299,3 +299,27 @@ def test_a_missing_page_or_an_unreadable_memory_rebuilds(root: Path, monkeypatch
     rows = parse_rows(build(root, monkeypatch).read_text())
     assert all(page_identities(root)[job] != first[job] for job in first)
     assert set(rows) == {"rl-done", "rl-stuck", "rl-later"}
+
+
+def test_pages_snakemake_removed_before_the_campaign_rule_come_back_without_a_rebuild(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import rlkeep.campaign.writer as writer
+
+    build(root, monkeypatch)
+    first = page_identities(root)
+    for job in first:                       # Snakemake deletes a rule's outputs before running it
+        (root / "campaign" / f"{job}.html").unlink()
+    loaded = []
+    real_load_run = writer.load_run
+    monkeypatch.setattr(writer, "load_run", lambda *a, **k: loaded.append(a[1].stem) or real_load_run(*a, **k))
+    build(root, monkeypatch)
+    assert loaded == []
+    assert {job: inode for job, (inode, _) in page_identities(root).items()} == {
+        job: inode for job, (inode, _) in first.items()}
+
+    # a changed run is rebuilt, and only its own older kept page goes
+    (root / "rl-later" / "logs").mkdir(parents=True)
+    build(root, monkeypatch)
+    assert loaded == ["rl-later"]
+    kept = sorted(path.name.split(".")[0] for path in (root / "campaign" / ".pages").iterdir())
+    assert kept == ["rl-done", "rl-later", "rl-stuck"]

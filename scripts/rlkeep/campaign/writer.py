@@ -9,7 +9,9 @@ that changes every page (rlkeep's revision, the Hub endpoint, the invocation) re
 """
 from __future__ import annotations
 
+import glob
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from rlkeep.report import rlkeep_revision
 
 PAGES_STATE = ".pages.json"
 PAGES_LOCK = ".pages.lock"
+KEPT_PAGES = ".pages"  # hard links to the pages, by fingerprint (_keep_page)
 PAGES_FORMAT = 1  # raise when the pages change in a way the fingerprint cannot see
 
 
@@ -36,6 +39,37 @@ def _previous_runs(state_path: Path, settings: dict[str, Any]) -> dict[str, dict
         return {}
     return {job: run for job, run in state["runs"].items()
             if isinstance(run, dict) and all(isinstance(run.get(key), str) for key in ("fingerprint", "overall", "row"))}
+
+
+def _kept_page(out_dir: Path, job: str, fingerprint: str) -> Path:
+    return out_dir / KEPT_PAGES / f"{job}.{fingerprint[:24]}.html"
+
+
+def _keep_page(out_dir: Path, job: str, fingerprint: str) -> None:
+    """A hard link to the page just written, named by its fingerprint: Snakemake deletes a rule's
+    outputs before running it, so the campaign rule (run again whenever a record is added or edited)
+    would otherwise rebuild every page. No second copy is stored; without link support, no link."""
+    kept = _kept_page(out_dir, job, fingerprint)
+    kept.parent.mkdir(exist_ok=True)
+    for old in kept.parent.glob(f"{glob.escape(job)}.*.html"):  # this job's older pages (not job "x.y"'s)
+        if re.fullmatch(re.escape(job) + r"\.[0-9a-f]{24}\.html", old.name):
+            old.unlink(missing_ok=True)
+    try:
+        os.link(out_dir / f"{job}.html", kept)
+    except OSError:
+        pass
+
+
+def _page_in_place(out_dir: Path, job: str, fingerprint: str) -> bool:
+    """The page of this fingerprint is at campaign/<job>.html, put back from its kept link if removed."""
+    page_path = out_dir / f"{job}.html"
+    if page_path.is_file():
+        return True
+    try:
+        os.link(_kept_page(out_dir, job, fingerprint), page_path)
+    except OSError:
+        return False
+    return True
 
 
 def write_campaign(data_root: Path, records_dir: Path, *, out_dir: Path | None = None,
@@ -67,12 +101,13 @@ def _refresh(data_root: Path, records_dir: Path, out_dir: Path, settings: dict[s
         page_path = out_dir / f"{job}.html"
         fingerprint = job_fingerprint(record_file, data_root / job)  # before reading: a later change shows next time
         known = previous.get(job)
-        if known is not None and known["fingerprint"] == fingerprint and page_path.is_file():
+        if known is not None and known["fingerprint"] == fingerprint and _page_in_place(out_dir, job, fingerprint):
             runs[job] = known
             continue
         view = load_run(data_root, record_file, invocation)
         atomic_write_bytes(page_path, run_html(view, data_root / job, generated_at=generated_at, revision=revision,
                                                endpoint=endpoint, cache_dir=out_dir / ".plots").encode("utf-8"))
+        _keep_page(out_dir, job, fingerprint)
         runs[job] = {"fingerprint": fingerprint, "overall": view.overall, "row": run_row(view, endpoint)}
     index = out_dir / "index.html"
     atomic_write_bytes(index, index_from_rows([(run["overall"], run["row"]) for run in runs.values()],
