@@ -323,3 +323,15 @@ def test_pages_snakemake_removed_before_the_campaign_rule_come_back_without_a_re
     assert loaded == ["rl-later"]
     kept = sorted(path.name.split(".")[0] for path in (root / "campaign" / ".pages").iterdir())
     assert kept == ["rl-done", "rl-later", "rl-stuck"]
+
+
+def test_other_rlkeep_code_rebuilds_every_page(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import rlkeep.campaign.writer as writer
+
+    build(root, monkeypatch)
+    first = page_identities(root)
+    build(root, monkeypatch)
+    assert page_identities(root) == first
+    monkeypatch.setattr(writer, "code_digest", lambda: "another version of rlkeep")
+    build(root, monkeypatch)
+    assert all(page_identities(root)[job] != first[job] for job in first)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -67,6 +68,19 @@ def job_fingerprint(record_file: Path, job_dir: Path, settings: Any = None, *,
     payload = json.dumps([record_stat, folder_entries(job_dir, skip_at_top=skip_at_top), settings],
                          separators=(",", ":"), sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """A digest of rlkeep's own source (every file of the package): what builds STATUS.json and the
+    pages. Unlike the git revision it is known in an installed copy too, and a commit that changes
+    no code (documentation, tests) rebuilds nothing."""
+    package = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*")):
+        if path.is_file() and path.suffix in {".py", ".json", ".yaml"}:
+            digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 REFRESH_LOCK_WAIT_S = 120.0  # a refresh holds the lock for seconds; past this, another is stuck

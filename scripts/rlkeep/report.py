@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlkeep.errors import RlkeepError
-from rlkeep.folderstate import job_fingerprint, refresh_lock
+from rlkeep.folderstate import code_digest, job_fingerprint, refresh_lock
 from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
 from rlkeep.kinds import spec_for
 from rlkeep.logfacts import remembered
@@ -450,7 +450,7 @@ def write_status_for_jobs(data_root: Path, records_dir: Path, invocation: str | 
     records_dir = records_dir if records_dir.is_absolute() else data_root / records_dir
     if not records_dir.is_dir():
         return written
-    settings = {"revision": rlkeep_revision(), "invocation": invocation}
+    settings = {"code": code_digest(), "invocation": invocation}
     for record_file in sorted(records_dir.glob("*.yaml")):
         job_dir = data_root / record_file.stem
         if not job_dir.is_dir():

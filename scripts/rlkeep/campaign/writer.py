@@ -5,7 +5,7 @@ few hundred KB to build and write, so a campaign of 1,000 runs would spend half 
 pages of runs nothing touched. `campaign/.pages.json` remembers, per run, a fingerprint of what its
 page is made from (the record file and the job folder's listing, rlkeep.folderstate) and the run's
 index row; a run whose fingerprint is unchanged keeps its page and row. Anything
-that changes every page (rlkeep's revision, the Hub endpoint, the invocation) rebuilds them all.
+that changes every page (rlkeep's code, the Hub endpoint, the invocation) rebuilds them all.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typing import Any
 from rlkeep.campaign.index_page import index_from_rows, run_row
 from rlkeep.campaign.run_page import run_html
 from rlkeep.campaign.views import load_run
-from rlkeep.folderstate import job_fingerprint, refresh_lock
+from rlkeep.folderstate import code_digest, job_fingerprint, refresh_lock
 from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
 from rlkeep.report import rlkeep_revision
 
@@ -83,15 +83,16 @@ def write_campaign(data_root: Path, records_dir: Path, *, out_dir: Path | None =
     out_dir.mkdir(parents=True, exist_ok=True)
     generated_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     revision = rlkeep_revision()
-    settings = {"format": PAGES_FORMAT, "revision": revision, "invocation": invocation,
+    settings = {"format": PAGES_FORMAT, "code": code_digest(), "invocation": invocation,
                 "endpoint": endpoint or os.environ.get("HF_ENDPOINT")}
     with refresh_lock(out_dir / PAGES_LOCK):
-        return _refresh(data_root, records_dir, out_dir, settings, generated_at, endpoint)
+        return _refresh(data_root, records_dir, out_dir, settings, generated_at=generated_at, revision=revision,
+                        endpoint=endpoint)
 
 
-def _refresh(data_root: Path, records_dir: Path, out_dir: Path, settings: dict[str, Any], generated_at: str,
-             endpoint: str | None) -> Path:
-    revision, invocation = settings["revision"], settings["invocation"]
+def _refresh(data_root: Path, records_dir: Path, out_dir: Path, settings: dict[str, Any], *, generated_at: str,
+             revision: str, endpoint: str | None) -> Path:
+    invocation = settings["invocation"]
     state_path = out_dir / PAGES_STATE
     previous = _previous_runs(state_path, settings)
     runs: dict[str, dict[str, str]] = {}
