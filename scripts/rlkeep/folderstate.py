@@ -59,7 +59,7 @@ def folder_entries(job_dir: Path, *, depth: int = FINGERPRINT_DEPTH,
 def job_fingerprint(record_file: Path, job_dir: Path, settings: Any = None, *,
                     skip_at_top: Collection[str] = SKIPPED_AT_TOP) -> str:
     """A digest of the record file's stat, the job folder's listing and `settings` (JSON values that
-    change what is built from them, e.g. rlkeep's revision)."""
+    change what is built from them, e.g. code_digest())."""
     try:
         record = record_file.stat()
         record_stat: list[int] | None = [record.st_size, record.st_mtime_ns, record.st_ino]
@@ -91,8 +91,8 @@ def refresh_lock(lock_path: Path, wait_s: float = REFRESH_LOCK_WAIT_S) -> Iterat
     """Serialize the refreshes that remember fingerprints: two invocations ending together could
     otherwise leave an older page or STATUS.json under the newer fingerprint, kept until the job
     changes again. Yields whether the lock is held. The end of an invocation must never hang on
-    it: after `wait_s` (a holder stuck on a dead mount, say), or where the filesystem has no
-    `flock` (some Lustre mounts), the refresh says so and goes on unlocked."""
+    it: after `wait_s` (a holder stuck on a dead mount, say) the refresh says so and goes on
+    unlocked, as it does without a word where the filesystem has no `flock` (some Lustre mounts)."""
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "a") as handle:
         deadline = time.monotonic() + wait_s
