@@ -1,7 +1,9 @@
-"""rlkeep.settled: when the campaign target may leave a completed job out of planning.
+"""rlkeep.settled: when the campaign target may leave a completed job out of planning, and how many
+jobs that have not started it takes per invocation (max_new_jobs, checked here through real
+`snakemake` runs too).
 
-The pipeline-level check (the default target plans only unsettled jobs, and each way of
-unsettling one brings it back) is in tests/test_many_jobs.py."""
+The pipeline-level check of settling (the default target plans only unsettled jobs, and each way
+of unsettling one brings it back) is in tests/test_many_jobs.py."""
 from __future__ import annotations
 
 import hashlib
