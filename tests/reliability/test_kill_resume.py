@@ -224,10 +224,11 @@ class StagingWatch:
                 assert (job_dir / "stage" / name).is_dir(), f"stage/{name} deleted before verify/{name}.json"
 
 
-def kill_and_resume_until_done(scenario: Scenario, s3_endpoint: str, extra_points: tuple[KillPoint, ...] = ()
-                               ) -> list[str]:
+def kill_and_resume_until_done(scenario: Scenario, s3_endpoint: str, extra_points: tuple[KillPoint, ...] = (),
+                               unreached: list[str] | None = None) -> list[str]:
     """Run the same command again and again, killing each attempt at the first kill point it reaches,
-    with the documented recovery in between, until an attempt finishes. Returns the kills in order."""
+    with the documented recovery in between, until an attempt finishes. Returns the kills in order;
+    `unreached`, when given, gets the points no attempt reached and the finishing attempt's output."""
     hub = scenario.hub
     data_root = scenario.data_root
     source_keys = scenario.store_keys()
@@ -262,6 +263,8 @@ def kill_and_resume_until_done(scenario: Scenario, s3_endpoint: str, extra_point
             if fired is None:
                 status = pipeline.wait()
                 assert status == 0, pipeline.output()[-5000:]
+                if unreached is not None:
+                    unreached += [point.name for point in points] + [pipeline.output()[-3000:]]
                 return kills
             pipeline.kill()
             for gate in run.gates.values():
@@ -304,9 +307,11 @@ def test_twenty_kills_and_resumes_end_like_a_clean_run(data_root: Path, bucket: 
                                                         reference: Reference) -> None:
     scenario = seed(data_root, bucket, iris, hub_server)
     assert scenario.store_keys() == reference.store_keys
-    kills = kill_and_resume_until_done(scenario, s3_server.endpoint)
+    unreached: list[str] = []
+    kills = kill_and_resume_until_done(scenario, s3_server.endpoint, unreached=unreached)
     figures_log.record("kills", survived=len(kills), points=kills)
-    assert len(kills) >= MIN_KILLS, f"only {len(kills)} kill points reached: {kills}"
+    assert len(kills) >= MIN_KILLS, (f"only {len(kills)} kill points reached: {kills}; not reached, and the "
+                                     f"finishing attempt's output: {unreached}")
     assert_ends_like_a_clean_run(scenario, reference)
 
 
