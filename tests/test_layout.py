@@ -4,11 +4,14 @@ assignments, not functions, so they do not count against the second)."""
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "scripts"
 MODULES = sorted(path for path in SCRIPTS.rglob("*.py") if "__pycache__" not in path.parts)
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
@@ -34,3 +37,34 @@ def test_a_module_says_its_job_and_reads_in_one_sitting(path: Path) -> None:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
             and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
     assert long == [], f"{path}: functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+# Where this machine keeps things: a results file or a page of documentation naming one of them holds
+# only here (bench results name tools by version instead). Example logs and test inputs may name a
+# logged container's own paths (/root/.netrc of the trainer's node), so the general pattern is for
+# what rlkeep writes about itself; this checkout's own path is refused everywhere.
+MACHINE_PATH = re.compile(r"(?<![\w.])/(?:work|root|home/[^/\s\"']+|tmp/pytest-of-[^/\s\"']+)/")
+ABOUT_ITSELF = ("bench/", "docs/", "config/", "profiles/", "envs/", ".ci/", "README.md", "Makefile", "pyproject.toml")
+
+
+def _tracked_files() -> list[Path]:
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True, check=True)
+    return [REPO / name for name in listed.stdout.split("\0") if name]
+
+
+def test_no_tracked_file_names_a_path_of_this_machine() -> None:
+    found = []
+    for path in _tracked_files():
+        if path.suffix in {".png", ".parquet", ".tar", ".gz", ".safetensors"} or not path.is_file():
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            about_itself = str(path.relative_to(REPO)).startswith(ABOUT_ITSELF)
+            if str(REPO) in line or (about_itself and MACHINE_PATH.search(line)):
+                found.append(f"{path.relative_to(REPO)}:{number}: {line.strip()[:120]}")
+    assert found == [], "machine paths in tracked files:\n" + "\n".join(found)
+
+
+def test_the_machine_path_pattern_finds_what_it_is_for() -> None:
+    assert MACHINE_PATH.search('"harbor_python": "/work/bench-env/harbor312/bin/python"')
+    assert MACHINE_PATH.search("see /root/.cache/x") and MACHINE_PATH.search("/home/alice/runs")
+    assert not MACHINE_PATH.search('File "/app/.venv/lib/python3.11/site-packages/torch/x.py"')

@@ -376,8 +376,9 @@ def compare_with_peers(work: Path, size_mb: float, rounds: int) -> dict:
 
     contenders = [peers.Contender("rlkeep", rlkeep), peers.Contender("detect-secrets", detect)]
     scripts = sorted(RUNBOOKS.rglob(RUNBOOK_SCRIPT)) if RUNBOOKS.is_dir() else []
-    runbook_note = (f"{RUNBOOKS} ships no {RUNBOOK_SCRIPT} (the runbook names `python -m "
-                    "infra.rl_cleanup.secret_redaction`): not compared") if not scripts else str(scripts[0])
+    # a name relative to the runbooks folder: results never carry a path of the machine they ran on
+    runbook_note = (f"shared/runbooks ships no {RUNBOOK_SCRIPT} (the runbook names `python -m "
+                    "infra.rl_cleanup.secret_redaction`): not compared") if not scripts else scripts[0].name
     if scripts:
         copy = work / "runbook-copy"
 

@@ -197,7 +197,15 @@ def harbor_mode(trials: int, rounds: int, workdir: Path) -> dict:
         [str(python), "-c", HARBOR_EXPORT, str(tree), str(workdir / "out-harbor")], workdir / "out-harbor", trials,
         harbor_env))
     compared = interleave([rlkeep, harbor], rounds)
-    return {"harbor_compared": True, "harbor_python": str(python), **harbor_figures(compared, trials)}
+    return {"harbor_compared": True, "harbor": harbor_version(python), **harbor_figures(compared, trials)}
+
+
+def harbor_version(python: Path) -> str:
+    """Harbor and its Python by version (never the environment's path, which is this machine's)."""
+    probe = "import sys, importlib.metadata as m; print(m.version('harbor'), sys.version.split()[0])"
+    result = subprocess.run([str(python), "-c", probe], capture_output=True, text=True)
+    harbor, _, interpreter = result.stdout.strip().partition(" ")
+    return f"harbor {harbor} on Python {interpreter}" if result.returncode == 0 else "harbor (version unreadable)"
 
 
 def harbor_figures(compared: dict, trials: int) -> dict:
