@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rlkeep.metrics.common import MetricsError
+from rlkeep.metrics.common import MAX_SKIPPED_NAMED, MetricsError
 from rlkeep.metrics.parse import ParsedLog, parse_log_file
 from rlkeep.metrics.report import write_outputs
 from rlkeep.metrics.surface import surface_from_parsed
@@ -33,7 +33,11 @@ def cli_main(argv: list[str]) -> int:
     write_outputs(surface, trials, args.out, job=args.job)
     for info in surface.files:
         print(f"{info['source']}: {info['serialization']}, {len(info['steps'])} steps")
+    skipped = surface.skipped_lines()
+    for entry in skipped[:MAX_SKIPPED_NAMED]:
+        print(f"{entry['source']}:{entry['line']}: skipped {entry['kind']} line: {entry['reason']}")
     malformed = sum(1 for trial in trials if trial.get("error"))
     print(f"metrics: {len(surface.rows)} steps, {len(surface.superseded)} superseded rows, "
-          f"{len(trials)} trials ({malformed} malformed) -> {args.out}")
+          f"{len(trials)} trials ({malformed} malformed), {len(skipped)} unparsable metric lines skipped "
+          f"-> {args.out}")
     return 0

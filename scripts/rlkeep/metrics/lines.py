@@ -20,8 +20,8 @@ NOT_CONTINUATION = re.compile(r"^(?!\s)", re.M)  # a line that is not an indente
 RAY_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 
 WANDB = re.compile(r"WANDB_MIRROR\s+kind=(?P<kind>\S+)\s+step=(?P<step>\d+)\s+metrics=(?P<json>.*)$")
-STEP_HEADER = re.compile(r"(?:^|\s)Step (\d+):\s*$")
-STEP_INLINE = re.compile(r"(?:^|\s)Step (\d+):\s*\{")
+STEP_HEADER = re.compile(r"(?:^|\s)Step (\d{1,18}):\s*$")
+STEP_INLINE = re.compile(r"(?:^|\s)Step (\d{1,18}):\s*\{")
 NUMERIC_STRING = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:nan|inf|infinity)", re.I)
 
 

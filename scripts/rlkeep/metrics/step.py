@@ -5,7 +5,7 @@ import mmap
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from rlkeep.metrics.common import MetricsError, NoMetricsError
+from rlkeep.metrics.common import MAX_SKIPPED_NAMED, MetricsError, NoMetricsError
 from rlkeep.metrics.parse import ParsedLog, parse_log_stream
 from rlkeep.metrics.report import SURFACE_FILES, TRIAL_FILES, write_all, render_surface, render_trials
 from rlkeep.metrics.surface import AttemptWithoutMetrics, surface_from_parsed
@@ -30,8 +30,9 @@ def _tar_logs(tar_path: Path, attempts: Sequence[str], manifest: Mapping[str, An
     """Every attempt's trainer log from logs.tar (members attempts/<slug>/trainer.log), parsed
     as a stream, in the record's chain order: (logs with metrics, attempts without metrics).
 
-    A readable log without any metric block is a dead attempt (kept apart, with its state from
-    the logs manifest); a missing member, an unreadable tar or a malformed/truncated block raises.
+    A readable log without any parsable metric line is a dead attempt (kept apart, with its state
+    from the logs manifest); unparsable lines are skipped and counted; a missing member or an
+    unreadable tar raises.
     """
     import tarfile
 
@@ -58,7 +59,8 @@ def _tar_logs(tar_path: Path, attempts: Sequence[str], manifest: Mapping[str, An
                         entry = described.get(slug, {})
                         dead.append(AttemptWithoutMetrics(
                             attempt=slug, source=source, reason=error.reason, state=entry.get("state"),
-                            bytes=entry.get("bytes", member.size), lines=entry.get("lines")))
+                            bytes=entry.get("bytes", member.size), lines=entry.get("lines"),
+                            skipped=error.skipped))
     except (tarfile.TarError, OSError) as error:
         raise MetricsError(f"{tar_path}: cannot read the logs tar ({error}); rerun sync_logs") from error
     return parsed, dead
@@ -109,8 +111,11 @@ def metric_surface_step(ctx: StepContext) -> None:
     for entry in dead:
         print(f"{entry.source}: no metrics ({entry.reason}; attempt state {entry.state or 'unknown'}): "
               "preserved in logs.tar, no rows")
+    skipped = surface.skipped_lines()
+    for entry in skipped[:MAX_SKIPPED_NAMED]:
+        print(f"{entry['source']}:{entry['line']}: skipped {entry['kind']} line: {entry['reason']}")
     print(f"metrics: {len(surface.rows)} steps, {len(surface.superseded)} superseded rows, "
-          f"{len(dead)} attempts without metrics")
+          f"{len(dead)} attempts without metrics, {len(skipped)} unparsable metric lines skipped")
 
 
 def trial_table_step(ctx: StepContext) -> None:
