@@ -81,14 +81,19 @@ class _Scanner:
             self.feed(b"", final=True)
         if not self.saw_text:
             raise NoMetricsError(f"{self.source}: trainer log is empty", "empty")
-        chosen = next((name for name in SERIALIZATIONS if name in self.present), None)
+        # The first serialization with a row; a stray cut line of an earlier one (a mirror line in a
+        # console log) must not hide the rows of the one the file really uses.
+        chosen = next((name for name in SERIALIZATIONS if self.rows[name]), None) or next(
+            (name for name in SERIALIZATIONS if name in self.present), None)
         if chosen is None:
             raise NoMetricsError(
                 f"{self.source}: no metric blocks found (looked for WANDB_MIRROR lines, "
                 "'Step N:' console dicts, {'async/...} dicts and JSON lines with a step key)", "no_metric_blocks")
         # A line that cannot be parsed (cut by a kill, garbled) is skipped and counted, never
         # guessed: any prefix of a log is a log.
-        skipped = [SkippedLine(line, chosen, message) for line, message in self.problems[chosen]]
+        skipped = sorted((SkippedLine(line, name, message) for name in SERIALIZATIONS
+                          if name == chosen or not self.rows[name] for line, message in self.problems[name]),
+                         key=lambda entry: entry.line)
         rows = self.rows[chosen]
         if not rows and skipped and not self.eval_rows and not self.other_kinds:
             raise NoMetricsError(
@@ -238,7 +243,7 @@ class _Scanner:
         return end
 
     def _json_line(self, text: str, end: int, line: int) -> int | None:
-        if text.endswith("cluster]"):
+        if "across cluster]" in text:
             text = RAY_REPEATED.sub("", text)
         text = text.strip()
         if not text.endswith("}"):

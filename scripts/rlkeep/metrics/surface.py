@@ -7,9 +7,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from rlkeep.metrics.common import MetricsError, ROW_META, SkippedLine
+from rlkeep.metrics.common import MetricsError, NoMetricsError, ROW_META, SkippedLine
 from rlkeep.metrics.lines import coerce_value
-from rlkeep.metrics.parse import ParsedLog, parse_log
+from rlkeep.metrics.parse import ParsedLog, parse_log, parse_log_stream
 
 
 # --------------------------------------------------------------------------- the surface
@@ -145,6 +145,30 @@ def surface_from_parsed(logs: Sequence[tuple[str, ParsedLog]],
     order = list(chain) if chain is not None else [*(a for a, _ in logs), *(d.attempt for d in without_metrics)]
     return Surface(rows=rows, superseded=superseded + eval_superseded, files=files, eval_rows=eval_rows,
                    without_metrics=list(without_metrics), chain=order)
+
+
+def read_attempt(attempt: str, chunks: Iterable[bytes], source: str, *, state: str | None = None,
+                 size: int | None = None, lines: int | None = None) -> ParsedLog | AttemptWithoutMetrics:
+    """One attempt's log as the chain sees it: its parsed rows, or, when it holds no parsable
+    metric line (empty, a traceback, only a line a kill cut), an attempt without metrics."""
+    try:
+        return parse_log_stream(chunks, source)
+    except NoMetricsError as error:
+        return AttemptWithoutMetrics(attempt=attempt, source=source, reason=error.reason, state=state,
+                                     bytes=size, lines=lines, skipped=error.skipped)
+
+
+def chain_surface(logs: Sequence[tuple[str, str, bytes]]) -> Surface:
+    """(attempt, source, log bytes) in chain order -> the surface the pipeline builds from them."""
+    parsed: list[tuple[str, ParsedLog]] = []
+    dead: list[AttemptWithoutMetrics] = []
+    for attempt, source, data in logs:
+        outcome = read_attempt(attempt, [data], source, size=len(data))
+        if isinstance(outcome, AttemptWithoutMetrics):
+            dead.append(outcome)
+        else:
+            parsed.append((attempt, outcome))
+    return surface_from_parsed(parsed, dead, chain=[attempt for attempt, _, _ in logs])
 
 
 def build_surface(logs: Sequence[tuple[str, str, str]]) -> Surface:
