@@ -1,8 +1,10 @@
 """Any prefix of a log is a log (issue 27, done-when 1): an attempt killed while printing its metrics
 leaves a line cut mid-JSON and a tail of NUL bytes; the chain still reaches DONE with the selection
-of the uncut chain, through the real Snakemake pipeline, S3 server and Iris stand-in."""
+of the uncut chain, through the real Snakemake pipeline, S3 server and Iris stand-in. The same run
+carries vLLM's own log as vLLM writes it (tests/data/upstream/) and its stats reach vllm.csv."""
 from __future__ import annotations
 
+import csv
 import json
 import re
 import tarfile
@@ -14,7 +16,8 @@ from rlkeep.storage import open_store
 from tests.conftest import run_snakemake, seed_example
 
 JOB = "rl-demo"
-NUL_TAIL = "\0" * 512  # what a preempted node leaves at the end of a file on a network filesystem
+NUL_TAIL = "\0" * 512
+VLLM_LOG = Path(__file__).parent / "data" / "upstream" / "vllm_v1.vllm.log"  # what a preempted node leaves at the end of a file on a network filesystem
 
 
 def cut_next_metrics_line(text: str) -> str:
@@ -35,6 +38,7 @@ def test_a_chain_whose_first_log_ends_in_a_cut_line_reaches_done_with_the_uncut_
     cut = cut_next_metrics_line(uncut[slug])
     # The same cut in both places rlkeep reads the log from: Iris's `job logs` and the store's copy.
     store.put_bytes(f"logs/{slug}.out", (uncut[slug] + cut + NUL_TAIL).encode())
+    store.put_bytes(f"vllm/{slug}.log", VLLM_LOG.read_bytes())  # the stats only in vLLM's own log
     state = iris.state()
     state["jobs"][first]["log_lines"].append(f"[23:59:59] task={first}/0 | {cut}{NUL_TAIL}")
     iris.write_state(state)
@@ -66,3 +70,10 @@ def test_a_chain_whose_first_log_ends_in_a_cut_line_reaches_done_with_the_uncut_
     assert f"| logs.tar:attempts/{slug}/trainer.log:{cut_line} | wandb-json | WANDB_MIRROR metrics are not valid JSON" in report
     attempts = json.loads((job / "metrics/attempts.json").read_text())
     assert attempts["skipped_lines"] == skipped and attempts["attempts_without_metrics"] == []
+
+    with (job / "metrics/vllm.csv").open(newline="") as handle:
+        from_vllm_log = [row for row in csv.DictReader(handle) if row["source"] == f"store/vllm/{slug}.log"]
+    assert [(row["attempt"], row["time"], row["engines"], row["prompt_tokens_per_s"]) for row in from_vllm_log] == [
+        (slug, "03-30 17:05:40", "2", "2000"), (slug, "03-30 17:05:50", "1", "950.4")]
+    generation = (job / "metrics/generation.md").read_text()
+    assert f"| {slug} | store/vllm/{slug}.log | vLLM log |" in generation and "## Log files not read" in generation

@@ -21,6 +21,7 @@ from rlkeep.jsonio import atomic_write_bytes
 from rlkeep.steps import StepContext
 
 FILES = ("vllm.csv", "batch_errors.csv", "generation.md", "vllm.png")
+NOT_READ_LISTED = 100  # a store can hold thousands of other log files; generation.md names this many
 # Substrings of every line the two parsers read (stat lines, batch lines, step markers).
 WANTED = ("throughput", "Prefix cache hit rate", "Batch generation", "Exception breakdown", "Step ", "WANDB_MIRROR")
 
@@ -94,7 +95,9 @@ def files_markdown(stats: GenerationStats) -> list[str]:
     out += [""]
     if stats.not_read:
         out += ["## Log files not read", "", "| file | why |", "|---|---|"]
-        out += [f"| {member} | {why} |" for member, why in stats.not_read]
+        out += [f"| {member} | {why} |" for member, why in stats.not_read[:NOT_READ_LISTED]]
+        if len(stats.not_read) > NOT_READ_LISTED:
+            out.append(f"| ({len(stats.not_read) - NOT_READ_LISTED} more log files) | |")
         out += [""]
     return out
 
