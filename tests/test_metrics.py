@@ -204,6 +204,23 @@ def test_a_truncated_legacy_dict_is_skipped():
     assert parsed.steps == [20] and [(line, kind) for line, kind, _ in skipped(parsed)] == [(2, "python-dict")]
 
 
+def test_messy_lines_around_valid_ones_never_block():
+    valid = [wandb_line(s, 0.1 * s).encode() for s in (1, 2, 3, 4, 5)]
+    messy = b"".join([
+        b"loading 10%\rloading 55%\r" + valid[0],                                   # 1: \r progress bar before it
+        b"\x1b[32m(skyrl_entrypoint pid=7, ip=10.0.0.2)\x1b[0m " + valid[1],         # 2: ANSI colour, Ray prefix
+        valid[2].rstrip(b"\n") + b" \x1b[32m[repeated 2x across cluster]\x1b[0m\n",  # 3: Ray de-duplication
+        b'WANDB_MIRROR kind=train step=9 metrics={"reward/avg_raw_reward": \xe2\x82\n',  # 4: partial UTF-8, cut
+        b'WANDB_MIRROR kind=train step=8 metrics={"reward/avg(raylet) INFO spill\n',    # 5: another process's
+        b'": 0.2}\n',                                                                  # 6:   line inside it
+        valid[3],                                                                      # 7
+        valid[4].rstrip(b"\n")[:-7] + b"\0" * 64])                                     # 8: cut, then NULs
+    parsed = parse_log_stream([messy], "messy.out")
+    assert parsed.steps == [1, 2, 3, 4]
+    assert [(line, kind) for line, kind, _ in skipped(parsed)] == [(4, "wandb-json"), (5, "wandb-json"),
+                                                                 (8, "wandb-json")]
+
+
 def test_a_log_whose_only_metric_line_was_cut_has_no_parsable_metric_line():
     cut = wandb_line(1, 0.1)[:-12].encode() + b"\0" * 300
     with pytest.raises(NoMetricsError, match=r"cut\.out: no parsable metric line \(1 skipped, the first at line 1") as caught:
