@@ -454,6 +454,17 @@ def test_cli_metrics_skips_a_broken_line_before_a_valid_one(tmp_path, capsys):
     assert json.loads((out / "attempts.json").read_text())["skipped_lines"]["count"] == 1
 
 
+def test_cli_metrics_names_an_attempt_whose_only_line_was_cut(tmp_path, capsys):
+    cut, resumed = tmp_path / "rl-swe.out", tmp_path / "rl-swe-r1.out"
+    cut.write_bytes(wandb_line(1, 0.1).encode()[:-20] + b"\0" * 100)
+    resumed.write_text(wandb_line(1, 0.3) + wandb_line(2, 0.4))
+    out = tmp_path / "out"
+    assert cli.main(["metrics", str(cut), str(resumed), "--out", str(out)]) == 0
+    assert [(r["global_step"], r["attempt"]) for r in read_csv(out / "metrics.csv")] == [("1", "rl-swe-r1"), ("2", "rl-swe-r1")]
+    printed = capsys.readouterr().out
+    assert f"{cut}: no metrics (no_parsable_metric_line), no rows" in printed and f"{cut}:1: skipped wandb-json" in printed
+
+
 def test_cli_reports_a_bad_log_by_name(tmp_path, capsys):
     empty = tmp_path / "rl-swe.out"
     empty.write_text("")
