@@ -22,6 +22,7 @@ from rlkeep.metrics import (
     numeric_series,
     parse_log,
     parse_log_file,
+    NoMetricsError,
     parse_log_stream,
     read_metrics_csv,
     trials_from_results,
@@ -168,28 +169,63 @@ def test_log_without_metric_blocks_is_an_error_naming_the_file():
         parse_log("INFO starting\nTraceback (most recent call last):\n", "noise.out")
 
 
-def test_truncated_console_dict_names_file_and_line():
-    with pytest.raises(RlkeepError, match=r"truncated_console\.out:19: metric dict of 'Step 7:' is truncated"):
-        parse_log_file(LOGS / "truncated_console.out", source="truncated_console.out")
+def skipped(parsed) -> list[tuple[int, str, str]]:
+    return [(entry.line, entry.kind, entry.reason) for entry in parsed.skipped]
 
 
-def test_dict_cut_off_by_a_new_message_names_the_line():
+def test_a_truncated_console_dict_is_skipped_and_named_by_line():
+    parsed = parse_log_file(LOGS / "truncated_console.out", source="truncated_console.out")
+    [(line, kind, reason)] = skipped(parsed)
+    assert (line, kind) == (19, "skyrl-console") and reason.startswith("metric dict of 'Step 7:' is truncated")
+    assert 7 not in parsed.steps and parsed.rows  # the cut step has no row; the others stay
+
+
+def test_a_dict_cut_off_by_a_new_message_is_skipped():
     text = (f"{RAY}Step 3: \n{RAY}{{'reward/avg_raw_reward': '0.5000',\n"
-            f"{RAY}INFO something else entirely\n")
-    with pytest.raises(RlkeepError, match=r"cut\.out:1: metric dict of 'Step 3:' is truncated"):
-        parse_log(text, "cut.out")
+            f"{RAY}INFO something else entirely\n{RAY}Step 4: \n{RAY}{{'reward/avg_raw_reward': '0.6000'}}\n")
+    parsed = parse_log(text, "cut.out")
+    assert parsed.steps == [4]
+    assert [(line, kind) for line, kind, _ in skipped(parsed)] == [(1, "skyrl-console")]
+    assert "is truncated" in parsed.skipped[0].reason
 
 
-def test_malformed_mirror_json_names_file_and_line():
-    text = wandb_line(1, 0.1) + 'WANDB_MIRROR kind=train step=2 metrics={"reward/avg_raw_reward": 0.2, "trai\n'
-    with pytest.raises(RlkeepError, match=r"bad\.out:2: WANDB_MIRROR metrics are not valid JSON"):
-        parse_log(text, "bad.out")
+def test_a_broken_mirror_line_then_a_valid_one_gives_the_valid_rows():
+    text = (wandb_line(1, 0.1) + 'WANDB_MIRROR kind=train step=2 metrics={"reward/avg_raw_reward": 0.2, "trai\n'
+            + wandb_line(3, 0.3))
+    parsed = parse_log(text, "bad.out")
+    assert parsed.steps == [1, 3]
+    [(line, kind, reason)] = skipped(parsed)
+    assert (line, kind) == (2, "wandb-json") and reason.startswith("WANDB_MIRROR metrics are not valid JSON")
 
 
-def test_a_truncated_legacy_dict_is_an_error():
+def test_a_truncated_legacy_dict_is_skipped():
     text = "{'async/staleness_max': 0, 'reward/avg_raw_reward': 0.2, 'trainer/global_step': 20}\n{'async/x': 1,\n"
-    with pytest.raises(RlkeepError, match=r"legacy\.out:2: .* is truncated"):
-        parse_log(text, "legacy.out")
+    parsed = parse_log(text, "legacy.out")
+    assert parsed.steps == [20] and [(line, kind) for line, kind, _ in skipped(parsed)] == [(2, "python-dict")]
+
+
+def test_messy_lines_around_valid_ones_never_block():
+    valid = [wandb_line(s, 0.1 * s).encode() for s in (1, 2, 3, 4, 5)]
+    messy = b"".join([
+        b"loading 10%\rloading 55%\r" + valid[0],                                   # 1: \r progress bar before it
+        b"\x1b[32m(skyrl_entrypoint pid=7, ip=10.0.0.2)\x1b[0m " + valid[1],         # 2: ANSI colour, Ray prefix
+        valid[2].rstrip(b"\n") + b" \x1b[32m[repeated 2x across cluster]\x1b[0m\n",  # 3: Ray de-duplication
+        b'WANDB_MIRROR kind=train step=9 metrics={"reward/avg_raw_reward": \xe2\x82\n',  # 4: partial UTF-8, cut
+        b'WANDB_MIRROR kind=train step=8 metrics={"reward/avg(raylet) INFO spill\n',    # 5: another process's
+        b'": 0.2}\n',                                                                  # 6:   line inside it
+        valid[3],                                                                      # 7
+        valid[4].rstrip(b"\n")[:-7] + b"\0" * 64])                                     # 8: cut, then NULs
+    parsed = parse_log_stream([messy], "messy.out")
+    assert parsed.steps == [1, 2, 3, 4]
+    assert [(line, kind) for line, kind, _ in skipped(parsed)] == [(4, "wandb-json"), (5, "wandb-json"),
+                                                                 (8, "wandb-json")]
+
+
+def test_a_log_whose_only_metric_line_was_cut_has_no_parsable_metric_line():
+    cut = wandb_line(1, 0.1)[:-12].encode() + b"\0" * 300
+    with pytest.raises(NoMetricsError, match=r"cut\.out: no parsable metric line \(1 skipped, the first at line 1") as caught:
+        parse_log_stream([cut], "cut.out")
+    assert caught.value.reason == "no_parsable_metric_line" and caught.value.skipped[0].line == 1
 
 
 def test_mirror_with_only_eval_rows_is_an_error():
@@ -405,6 +441,30 @@ def test_cli_metrics_in_chain_order(tmp_path, capsys):
     assert "4 steps, 1 superseded rows, 1 trials" in capsys.readouterr().out
 
 
+def test_cli_metrics_skips_a_broken_line_before_a_valid_one(tmp_path, capsys):
+    log = tmp_path / "rl-swe.out"
+    log.write_bytes(wandb_line(1, 0.1).encode() + b'WANDB_MIRROR kind=train step=2 metrics={"reward/avg_r\n'
+                    + wandb_line(2, 0.2).encode())
+    out = tmp_path / "out"
+    assert cli.main(["metrics", str(log), "--out", str(out)]) == 0
+    assert [(r["global_step"], r["reward/avg_raw_reward"]) for r in read_csv(out / "metrics.csv")] == [("1", "0.1"), ("2", "0.2")]
+    printed = capsys.readouterr().out
+    assert f"{log}:2: skipped wandb-json line: WANDB_MIRROR metrics are not valid JSON" in printed
+    assert "1 unparsable metric lines skipped" in printed
+    assert json.loads((out / "attempts.json").read_text())["skipped_lines"]["count"] == 1
+
+
+def test_cli_metrics_names_an_attempt_whose_only_line_was_cut(tmp_path, capsys):
+    cut, resumed = tmp_path / "rl-swe.out", tmp_path / "rl-swe-r1.out"
+    cut.write_bytes(wandb_line(1, 0.1).encode()[:-20] + b"\0" * 100)
+    resumed.write_text(wandb_line(1, 0.3) + wandb_line(2, 0.4))
+    out = tmp_path / "out"
+    assert cli.main(["metrics", str(cut), str(resumed), "--out", str(out)]) == 0
+    assert [(r["global_step"], r["attempt"]) for r in read_csv(out / "metrics.csv")] == [("1", "rl-swe-r1"), ("2", "rl-swe-r1")]
+    printed = capsys.readouterr().out
+    assert f"{cut}: no metrics (no_parsable_metric_line), no rows" in printed and f"{cut}:1: skipped wandb-json" in printed
+
+
 def test_cli_reports_a_bad_log_by_name(tmp_path, capsys):
     empty = tmp_path / "rl-swe.out"
     empty.write_text("")
@@ -573,14 +633,33 @@ def test_a_chain_without_any_metrics_fails_naming_every_attempt(tmp_path):
     assert not out.exists()
 
 
-def test_a_truncated_metric_block_still_blocks(tmp_path):
+def test_a_truncated_metric_block_is_skipped_and_counted_in_the_outputs(tmp_path):
     from rlkeep import metrics
 
     good = "".join(wandb_line(s, 0.1) for s in (1, 2)).encode()
     truncated = b"Step 3: \n{'policy/grad_norm': '0.1000',\n 'reward/avg_raw_reward': '0.2"
-    ctx, _ = dead_chain_context(tmp_path, {"rl-swe": good, "rl-swe-r1": truncated})
-    with pytest.raises(RlkeepError, match=r"rl-swe-r1/trainer\.log.*truncated"):
+    ctx, out = dead_chain_context(tmp_path, {"rl-swe": good, "rl-swe-r1": truncated})
+    metrics.metric_surface_step(ctx)
+    assert [r["global_step"] for r in read_csv(out / "metrics.csv")] == ["1", "2"]
+    attempts = json.loads((out / "attempts.json").read_text())
+    assert [(e["attempt"], e["reason"], e["skipped_lines"]) for e in attempts["attempts_without_metrics"]] == [
+        ("rl-swe-r1", "no_parsable_metric_line", 1)]
+    summary = attempts["skipped_lines"]
+    assert summary["count"] == 1 and summary["by_attempt"] == {"rl-swe-r1": {"skyrl-console": 1}}
+    assert summary["named"][0]["source"] == "logs.tar:attempts/rl-swe-r1/trainer.log" and summary["named"][0]["line"] == 1
+    report = (out / "report.md").read_text()
+    assert "## Skipped log lines" in report and "| logs.tar:attempts/rl-swe-r1/trainer.log:1 | skyrl-console |" in report
+
+
+def test_a_chain_whose_every_metric_line_was_cut_still_blocks(tmp_path):
+    from rlkeep import metrics
+
+    cut = wandb_line(1, 0.1)[:-9].encode()
+    ctx, out = dead_chain_context(tmp_path, {"rl-swe": cut, "rl-swe-r1": cut + b"\0" * 64})
+    with pytest.raises(RlkeepError, match=r"no attempt of the chain logged metrics: rl-swe \(no_parsable_metric_line\), "
+                                          r"rl-swe-r1 \(no_parsable_metric_line\)"):
         metrics.metric_surface_step(ctx)
+    assert not out.exists()
 
 
 def test_an_unreadable_logs_tar_blocks_with_the_reason(tmp_path):

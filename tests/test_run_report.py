@@ -113,7 +113,7 @@ def test_vllm_stats_per_second_across_engines() -> None:
     rows = per_second(stats)
     assert [(r["time"], r["engines"]) for r in rows] == [("03-30 17:05:40", 2), ("03-30 17:05:45", 1),
                                                          ("03-30 17:05:50", 1), ("03-30 17:05:55", 1)]
-    assert rows[0] == {"attempt": "a1", "time": "03-30 17:05:40", "engines": 2, "prompt_tokens_per_s": 400.0,
+    assert rows[0] == {"attempt": "a1", "time": "03-30 17:05:40", "engines": 2, "source": "", "prompt_tokens_per_s": 400.0,
                        "generation_tokens_per_s": 40.0, "running_reqs": 4.0, "waiting_reqs": 3.0,
                        "kv_cache_usage_pct": pytest.approx(20.0), "prefix_cache_hit_rate_pct": pytest.approx(40.0)}
     assert rows[1]["kv_cache_usage_pct"] is None and rows[1]["prefix_cache_hit_rate_pct"] == 10.0
@@ -134,7 +134,7 @@ def test_vllm_section_numbers_and_absence() -> None:
     assert "| running requests (all engines) | 3 | 5 | 4 |" in text  # (4+2+5+1)/4 = 3
     assert "3 engine reports were folded by Ray" in text and "1 stat lines without a time field" in text
     absent = render_markdown(vllm_sections([]))
-    assert "## vLLM utilisation" in absent and "Not available: the trainer logs carry no vLLM stat line" in absent
+    assert "## vLLM utilisation" in absent and "Not available: the logs read carry no vLLM stat line" in absent
 
 
 # ----------------------------------------------------------------------------- batch errors
@@ -161,14 +161,14 @@ def test_batch_errors_per_step_and_totals() -> None:
     errors = scan_lines(BATCH_LOG.splitlines(), "a1")
     assert errors.unreadable_breakdowns == 1
     columns, table = rows(errors)
-    assert columns == ["attempt", "step", "batches", "instances", "successful", "failed", "masked",
+    assert columns == ["attempt", "step", "source", "batches", "instances", "successful", "failed", "masked",
                        "AgentTimeoutError", "NonZeroAgentExitCodeError"]
     assert table == [
-        {"attempt": "a1", "step": 1, "batches": 2, "instances": 64, "successful": 61, "failed": 3, "masked": 2,
+        {"attempt": "a1", "step": 1, "source": "", "batches": 2, "instances": 64, "successful": 61, "failed": 3, "masked": 2,
          "AgentTimeoutError": 2, "NonZeroAgentExitCodeError": 1},
-        {"attempt": "a1", "step": 2, "batches": 1, "instances": 32, "successful": 30, "failed": 2, "masked": 2,
+        {"attempt": "a1", "step": 2, "source": "", "batches": 1, "instances": 32, "successful": 30, "failed": 2, "masked": 2,
          "AgentTimeoutError": 2, "NonZeroAgentExitCodeError": 0},
-        {"attempt": "a1", "step": None, "batches": 1, "instances": 32, "successful": 0, "failed": 32, "masked": 0,
+        {"attempt": "a1", "step": None, "source": "", "batches": 1, "instances": 32, "successful": 0, "failed": 32, "masked": 0,
          "AgentTimeoutError": 0, "NonZeroAgentExitCodeError": 0},
     ]
     assert totals(table, columns) == {"batches": 4, "instances": 128, "successful": 91, "failed": 37, "masked": 4,
@@ -185,5 +185,5 @@ def test_batch_error_sections_render_shares_and_absence() -> None:
     assert "| failed | 37 | 28.9% |" in text  # 37 of 128 instances
     assert "| AgentTimeoutError | 4 | 3.1% |" in text
     assert "1 `Exception breakdown` lines did not parse" in text
-    assert "Not available: the trainer logs carry no `Batch generation complete" in render_markdown(
+    assert "Not available: the logs read carry no `Batch generation complete" in render_markdown(
         batch_error_sections([], []))

@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-BATCH = re.compile(r"Batch generation complete: (?P<ok>\d+)/(?P<total>\d+) successful, "
-                   r"(?P<failed>\d+) failed instances, (?P<masked>\d+) masked")
+# Counts are bounded to 18 digits so a garbled line never reaches int()'s digit limit.
+BATCH = re.compile(r"Batch generation complete: (?P<ok>\d{1,18})/(?P<total>\d{1,18}) successful, "
+                   r"(?P<failed>\d{1,18}) failed instances, (?P<masked>\d{1,18}) masked")
 BREAKDOWN = re.compile(r"Exception breakdown: (?P<dict>.*?)\s*$")
-STEP_MARKER = re.compile(r"(?:\bStep (?P<console>\d+):|WANDB_MIRROR\s+kind=train\s+step=(?P<mirror>\d+))")
+STEP_MARKER = re.compile(r"(?:\bStep (?P<console>\d{1,18}):|WANDB_MIRROR\s+kind=train\s+step=(?P<mirror>\d{1,18})\b)")
 COUNTS = ("batches", "instances", "successful", "failed", "masked")
 
 
@@ -38,6 +39,7 @@ class StepErrors:
     failed: int = 0
     masked: int = 0
     exceptions: dict[str, int] = field(default_factory=dict)
+    source: str = ""  # the log file the batch lines came from
 
 
 @dataclass
@@ -49,17 +51,19 @@ class BatchErrors:
 def _breakdown(text: str) -> dict[str, int] | None:
     try:
         value = ast.literal_eval(text)
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
         return None
     if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, int) for k, v in value.items()):
         return None
     return value
 
 
-def scan_lines(lines: Iterable[str], attempt: str, errors: BatchErrors | None = None) -> BatchErrors:
-    """Add one attempt's batches to errors (a new one when None), grouped by the step they fed."""
+def scan_lines(lines: Iterable[str], attempt: str, errors: BatchErrors | None = None,
+               source: str = "") -> BatchErrors:
+    """Add the batches of one of an attempt's log files (source) to errors (a new one when None),
+    grouped by the step they fed (None in a file without step markers)."""
     errors = errors if errors is not None else BatchErrors()
-    pending = StepErrors(attempt, None)
+    pending = StepErrors(attempt, None, source=source)
     for raw in lines:
         if "Batch generation" not in raw and "Exception breakdown" not in raw and "Step " not in raw \
                 and "WANDB_MIRROR" not in raw:
@@ -85,7 +89,7 @@ def scan_lines(lines: Iterable[str], attempt: str, errors: BatchErrors | None = 
         if marker and (pending.batches or pending.exceptions):
             pending.step = int(marker["console"] or marker["mirror"])
             errors.steps.append(pending)
-            pending = StepErrors(attempt, None)
+            pending = StepErrors(attempt, None, source=source)
     if pending.batches or pending.exceptions:
         errors.steps.append(pending)
     return errors
@@ -98,10 +102,10 @@ def exception_types(errors: BatchErrors) -> list[str]:
 def rows(errors: BatchErrors) -> tuple[list[str], list[dict[str, Any]]]:
     """(columns, one row per attempt and step): the batch counts and one column per exception type."""
     names = exception_types(errors)
-    columns = ["attempt", "step", *COUNTS, *names]
+    columns = ["attempt", "step", "source", *COUNTS, *names]
     table = []
     for step in errors.steps:
-        row: dict[str, Any] = {"attempt": step.attempt, "step": step.step}
+        row: dict[str, Any] = {"attempt": step.attempt, "step": step.step, "source": step.source}
         row.update({name: getattr(step, name) for name in COUNTS})
         row.update({name: step.exceptions.get(name, 0) for name in names})
         table.append(row)
@@ -110,4 +114,5 @@ def rows(errors: BatchErrors) -> tuple[list[str], list[dict[str, Any]]]:
 
 def totals(table: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> dict[str, int]:
     """Each count and exception column summed over every row."""
-    return {name: sum(int(row.get(name) or 0) for row in table) for name in columns if name not in ("attempt", "step")}
+    return {name: sum(int(row.get(name) or 0) for row in table) for name in columns
+            if name not in ("attempt", "step", "source")}

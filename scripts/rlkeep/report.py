@@ -18,7 +18,7 @@ from rlkeep.folderstate import code_digest, job_fingerprint, refresh_lock
 from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
 from rlkeep.kinds import spec_for
 from rlkeep.logfacts import remembered
-from rlkeep.metrics import without_metrics_markdown
+from rlkeep.metrics import skipped_lines_markdown, without_metrics_markdown
 from rlkeep.pipeline import STEP_BY_NAME, STEPS, Step
 from rlkeep.records import JobRecord, load_record
 from rlkeep.tracker import tracker_of
@@ -226,6 +226,12 @@ def attempts_without_metrics(job_dir: Path) -> list[dict[str, Any]] | None:
              "lines": a.get("lines")} for a in manifest.get("attempts", []) if a.get("member") and a.get("bytes") == 0]
 
 
+def skipped_log_lines(job_dir: Path) -> dict[str, Any] | None:
+    """The unparsable metric lines the surface skipped (metrics/attempts.json); None before it exists."""
+    attempts = _optional_json(job_dir / "metrics" / "attempts.json")
+    return None if attempts is None else attempts.get("skipped_lines", {"count": 0, "by_attempt": {}, "named": []})
+
+
 def complete_candidates(job_dir: Path) -> list[int] | None:
     data = _optional_json(job_dir / "checkpoint" / "candidates.json")
     if data is None:
@@ -282,6 +288,7 @@ def build_completion_record(job_dir: Path, record: JobRecord,
         "artifact_reasons": table["reasons"],
         "artifacts_scope": table["scope"],
         "attempts_without_metrics": attempts_without_metrics(job_dir),
+        "skipped_log_lines": skipped_log_lines(job_dir),
         "registration": register if register is not None else None,
         "metrics": sorted(f"metrics/{p.name}" for p in (job_dir / "metrics").glob("*") if p.is_file()),
         "verification": {name: ((_optional_json(job_dir / "verify" / f"{name}.json") or {}).get("status")
@@ -330,6 +337,9 @@ def render_report(done: dict[str, Any]) -> str:
     if dead:
         lines += [""] + without_metrics_markdown(dead)
         lines.pop()
+    skipped = skipped_lines_markdown(done.get("skipped_log_lines"))
+    if skipped:
+        lines += [""] + skipped[:-1]
     lines += ["", "## Steps", "", "| step | status |", "|---|---|"]
     lines += [f"| {name} | {status} |" for name, status in done["steps"].items()]
     reclaimed = done.get("reclaimed") or {}

@@ -225,7 +225,7 @@ def vllm_sections(per_second: Sequence[Mapping[str, Any]], *, untimed_lines: int
 
     title = "vLLM utilisation"
     if not per_second:
-        why = "the trainer logs carry no vLLM stat line (`Avg prompt throughput: ... tokens/s, ...`)"
+        why = "the logs read carry no vLLM stat line (`Avg prompt throughput: ... tokens/s, ...`)"
         if untimed_lines:
             why += f"; {untimed_lines} stat lines had no vLLM time field and cannot be placed per second"
         return [(title, [], None, why)]
@@ -238,7 +238,7 @@ def vllm_sections(per_second: Sequence[Mapping[str, Any]], *, untimed_lines: int
     table = [[labels[name], _fmt(stats[name]["mean"]), _fmt(stats[name]["max"]), str(stats[name]["seconds"])]
              for name in ("engines", *SUMMED, *AVERAGED) if stats[name]["seconds"]]
     absent = [labels[name] for name in (*SUMMED, *AVERAGED) if not stats[name]["seconds"]]
-    note = (f"{len(per_second)} seconds with a report, from vLLM's stat lines in the trainer logs; per second the "
+    note = (f"{len(per_second)} seconds with a report, from vLLM's stat lines in the logs read; per second the "
             "engines' last reports are summed (throughput, requests) or averaged (cache)")
     if absent:
         note += "; not logged by this vLLM version: " + ", ".join(absent)
@@ -257,11 +257,13 @@ def batch_error_sections(columns: Sequence[str], table: Sequence[Mapping[str, An
 
     title = "Batch errors"
     if not table:
-        return [(title, [], None, "the trainer logs carry no `Batch generation complete: S/T successful, "
+        return [(title, [], None, "the logs read carry no `Batch generation complete: S/T successful, "
                  "F failed instances, M masked` line (SkyRL's Harbor generator prints one per batch)")]
-    counts = [name for name in columns if name not in ("attempt", "step")]
+    counts = [name for name in columns if name not in ("attempt", "step", "source")]
+    files = ["file"] if any(row.get("source") for row in table) else []
     per_step = [[_fmt(row.get("step")) if row.get("step") not in (None, "") else "after the last logged step",
-                 str(row.get("attempt")), *(_fmt(row.get(name)) for name in counts)] for row in table]
+                 str(row.get("attempt")), *(_fmt(row.get(name)) for name in counts),
+                 *([str(row.get("source") or "")] if files else [])] for row in table]
     summed = totals(table, columns)
     instances = summed.get("instances") or 0
     facts = [[name, str(value), _pct(value / instances) if instances and name != "batches" else ""]
@@ -270,7 +272,7 @@ def batch_error_sections(columns: Sequence[str], table: Sequence[Mapping[str, An
             "count `Exception breakdown` entries")
     if unreadable_breakdowns:
         note += f"; {unreadable_breakdowns} `Exception breakdown` lines did not parse and are not counted"
-    return [(title, ["step", "attempt", *counts], per_step, note),
+    return [(title, ["step", "attempt", *counts, *files], per_step, note),
             ("Batch errors, totals", ["count", "total", "share of instances"], facts,
              f"over {summed.get('batches', 0)} batches in {len(table)} steps")]
 

@@ -33,7 +33,7 @@ ACTOR = re.compile(r"\((?P<actor>[A-Za-z_][\w.]*) pid=(?P<pid>\d+)(?:, ip=(?P<ip
 VLLM_TIME = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR) (?P<time>\d{2}-\d{2} \d{2}:\d{2}:\d{2})\b")
 ENGINE = re.compile(r"(?:Engine (?P<index>\d+)|(?P<count>\d+) Engines Aggregated):")
 FIELD = re.compile(r"(?P<key>[A-Z][A-Za-z ]*?): (?P<value>n/a|[\d.]+)(?: (?:reqs|tokens/s)|%)?")
-REPEATED = re.compile(r"\[repeated (?P<n>\d+)x across cluster\]")
+REPEATED = re.compile(r"\[repeated (?P<n>\d{1,18})x across cluster\]")
 
 # The fields of the stat line, by the name each vLLM version prints.
 FIELDS = {
@@ -47,7 +47,7 @@ FIELDS = {
 }
 SUMMED = ("prompt_tokens_per_s", "generation_tokens_per_s", "running_reqs", "waiting_reqs")
 AVERAGED = ("kv_cache_usage_pct", "prefix_cache_hit_rate_pct")
-CSV_COLUMNS = ("attempt", "time", "engines", *SUMMED, *AVERAGED)
+CSV_COLUMNS = ("attempt", "time", "engines", *SUMMED, *AVERAGED, "source")
 
 
 @dataclass
@@ -56,8 +56,9 @@ class EngineSample:
 
     attempt: str
     time: str  # vLLM's `MM-DD HH:MM:SS`
-    engine: str  # actor pid/ip and engine index
+    engine: str  # actor pid/ip (else the file) and engine index
     values: dict[str, float] = field(default_factory=dict)
+    source: str = ""  # the log file the line came from
 
 
 @dataclass
@@ -67,10 +68,12 @@ class VllmStats:
     repeated_reports: int = 0  # reports Ray folded into `[repeated Nx across cluster]` (numbers unknown)
 
 
-def _engine_id(line: str) -> str:
+def _engine_id(line: str, source: str = "") -> str:
     actor = ACTOR.search(line)
     engine = ENGINE.search(line)
-    who = f"{actor['actor']} pid={actor['pid']}" + (f" ip={actor['ip']}" if actor["ip"] else "") if actor else "-"
+    # A line without Ray's actor prefix (vLLM's own log) is told apart by the file that holds it.
+    who = (f"{actor['actor']} pid={actor['pid']}" + (f" ip={actor['ip']}" if actor["ip"] else "") if actor
+           else source or "-")
     if engine is None:
         return f"{who} engine 0"
     return f"{who} engine {int(engine['index'])}" if engine["index"] is not None else f"{who} {engine['count']} engines"
@@ -82,12 +85,15 @@ def parse_stat_fields(text: str) -> dict[str, float]:
     for match in FIELD.finditer(text):
         name = FIELDS.get(match["key"].strip())
         if name is not None and match["value"] != "n/a" and name not in values:
-            values[name] = float(match["value"])
+            try:
+                values[name] = float(match["value"])
+            except ValueError:  # `1.2.3`: a garbled number is left out, like n/a
+                continue
     return values
 
 
-def scan_lines(lines: Iterable[str], attempt: str, stats: VllmStats | None = None) -> VllmStats:
-    """Add one attempt's stat lines to stats (a new one when None)."""
+def scan_lines(lines: Iterable[str], attempt: str, stats: VllmStats | None = None, source: str = "") -> VllmStats:
+    """Add the stat lines of one of an attempt's log files (source) to stats (a new one when None)."""
     stats = stats if stats is not None else VllmStats()
     by_key: dict[tuple[str, str], EngineSample] = {}
     for raw in lines:
@@ -105,10 +111,10 @@ def scan_lines(lines: Iterable[str], attempt: str, stats: VllmStats | None = Non
         if moment is None:
             stats.untimed_lines += 1
             continue
-        key = (moment["time"], _engine_id(line))
+        key = (moment["time"], _engine_id(line, source))
         sample = by_key.get(key)
         if sample is None:
-            sample = by_key[key] = EngineSample(attempt, key[0], key[1])
+            sample = by_key[key] = EngineSample(attempt, key[0], key[1], source=source)
             stats.samples.append(sample)
         if stat is not None:
             sample.values.update(parse_stat_fields(line[stat.start():]))
@@ -119,13 +125,15 @@ def scan_lines(lines: Iterable[str], attempt: str, stats: VllmStats | None = Non
 
 def per_second(stats: VllmStats) -> list[dict[str, Any]]:
     """One row per (attempt, second) in log order: engines reporting, summed throughputs and
-    requests, mean KV cache usage and prefix cache hit rate (None where no engine gave one)."""
+    requests, mean KV cache usage and prefix cache hit rate (None where no engine gave one), and the
+    files the reports came from (space-separated, in the order read)."""
     groups: dict[tuple[str, str], list[EngineSample]] = {}
     for sample in stats.samples:
         groups.setdefault((sample.attempt, sample.time), []).append(sample)
     rows = []
     for (attempt, moment), samples in groups.items():
-        row: dict[str, Any] = {"attempt": attempt, "time": moment, "engines": len(samples)}
+        row: dict[str, Any] = {"attempt": attempt, "time": moment, "engines": len(samples),
+                               "source": " ".join(dict.fromkeys(s.source for s in samples if s.source))}
         for name in SUMMED:
             present = [s.values[name] for s in samples if name in s.values]
             row[name] = sum(present) if present else None

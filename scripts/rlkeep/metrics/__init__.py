@@ -25,11 +25,14 @@ Chain order is the caller's order, never file-name order. When a later attempt l
 every row of earlier attempts at steps >= S is superseded (that branch died; surviving
 checkpoints descend from the later attempt) and kept in ``superseded.csv``.
 
-In the pipeline (``metric_surface_step``) an attempt whose log is readable but holds no metric
-block (0 bytes, or only a traceback: a bad node) is a dead attempt: it adds no rows, replaces
-nothing, and is named in ``attempts.json`` and ``report.md``. A malformed or truncated block,
-or a log missing from logs.tar, still stops the step. Per-trial rows come from the trace
-tarball in their own step (``trial_table_step``), so selection never waits on the traces.
+In the pipeline (``metric_surface_step``) an attempt whose log is readable but holds no parsable
+metric line (0 bytes, only a traceback: a bad node; or only a line a kill cut) is a dead attempt: it
+adds no rows, replaces nothing, and is named in ``attempts.json`` and ``report.md``. Any prefix of a
+log is a log: a metric line or block that cannot be parsed (cut at any byte, NUL tail, garbled) is
+skipped and counted per attempt and kind with its file and line (``attempts.json`` ``skipped_lines``),
+never guessed. Only a log missing from logs.tar or unreadable, or a chain in which no attempt has one
+parsable metric line, stops the step. Per-trial rows come from the trace tarball in their own step
+(``trial_table_step``), so selection never waits on the traces.
 
 One module per job: common (serializations, limits, errors), lines (line cleaning, values),
 parse (one log: the scanner), surface (the chain's rows), trials (result.json rows), report
@@ -48,6 +51,7 @@ from rlkeep.metrics.common import (
     ROW_META,
     SERIALIZATIONS,
     STEP_KEYS,
+    SkippedLine,
 )
 from rlkeep.metrics.lines import (
     clean_line,
@@ -65,9 +69,11 @@ from rlkeep.metrics.surface import (
     AttemptWithoutMetrics,
     Surface,
     build_surface,
+    chain_surface,
     ema_series,
     metric_columns,
     numeric_series,
+    read_attempt,
     read_metrics_csv,
     surface_from_parsed,
 )
@@ -91,6 +97,7 @@ from rlkeep.metrics.report import (
     report_markdown,
     reward_metric,
     reward_png,
+    skipped_lines_markdown,
     superseded_csv,
     trial_markdown,
     trials_csv,
@@ -124,6 +131,7 @@ __all__ = [
     "ROW_META",
     "SERIALIZATIONS",
     "STEP_KEYS",
+    "SkippedLine",
     "SURFACE_FILES",
     "Surface",
     "TAR_READ_BYTES",
@@ -131,6 +139,7 @@ __all__ = [
     "TRIAL_FILES",
     "attempts_json",
     "build_surface",
+    "chain_surface",
     "clean_line",
     "cli_main",
     "coerce_value",
@@ -147,9 +156,11 @@ __all__ = [
     "parse_log_file",
     "parse_log_stream",
     "parse_python_dict",
+    "read_attempt",
     "read_metrics_csv",
     "render_surface",
     "render_trials",
+    "skipped_lines_markdown",
     "report_markdown",
     "reward_metric",
     "reward_png",

@@ -17,11 +17,12 @@ _RAY_PREFIX = re.compile(r"\((?:[^()\n]*\bpid=\d+[^()\n]*|raylet[^()\n]*)\) ")
 # both, in one match: group 1 the Iris tokens, group 2 the Ray prefix
 LINE_PREFIX = re.compile(f"(?:{_IRIS_PREFIX.pattern})?({_RAY_PREFIX.pattern})?")
 NOT_CONTINUATION = re.compile(r"^(?!\s)", re.M)  # a line that is not an indented pprint continuation
-RAY_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+# Ray's de-duplication suffix, with the notice it adds the first time (tests/data/upstream/SOURCES.md)
+RAY_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\](?: \(Ray deduplicates logs[^)]*\))?\s*$")
 
 WANDB = re.compile(r"WANDB_MIRROR\s+kind=(?P<kind>\S+)\s+step=(?P<step>\d+)\s+metrics=(?P<json>.*)$")
-STEP_HEADER = re.compile(r"(?:^|\s)Step (\d+):\s*$")
-STEP_INLINE = re.compile(r"(?:^|\s)Step (\d+):\s*\{")
+STEP_HEADER = re.compile(r"(?:^|\s)Step (\d{1,18}):\s*$")
+STEP_INLINE = re.compile(r"(?:^|\s)Step (\d{1,18}):\s*\{")
 NUMERIC_STRING = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:nan|inf|infinity)", re.I)
 
 

@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
-from rlkeep.metrics.common import CHUNK_BYTES, MAX_BLOCK_CHARS, MAX_BLOCK_LINES, MAX_PROBLEMS_SHOWN, MetricsError, NoMetricsError, ROW_META, SERIALIZATIONS, STEP_KEYS
+from rlkeep.metrics.common import CHUNK_BYTES, MAX_BLOCK_CHARS, MAX_BLOCK_LINES, MetricsError, NoMetricsError, ROW_META, SERIALIZATIONS, STEP_KEYS, SkippedLine
 from rlkeep.metrics.lines import ANSI, LINE_PREFIX, NOT_CONTINUATION, NUMERIC_STRING, RAY_REPEATED, STEP_HEADER, STEP_INLINE, WANDB, clean_line, parse_python_dict
 
 
@@ -25,6 +25,7 @@ class ParsedLog:
     eval_rows: list[dict[str, Any]] = field(default_factory=list)
     ignored_blocks: dict[str, int] = field(default_factory=dict)
     other_kinds: dict[str, int] = field(default_factory=dict)
+    skipped: list[SkippedLine] = field(default_factory=list)  # unparsable lines of the chosen serialization
 
     @property
     def steps(self) -> list[int]:
@@ -80,22 +81,29 @@ class _Scanner:
             self.feed(b"", final=True)
         if not self.saw_text:
             raise NoMetricsError(f"{self.source}: trainer log is empty", "empty")
-        chosen = next((name for name in SERIALIZATIONS if name in self.present), None)
+        # The first serialization with a row; a stray cut line of an earlier one (a mirror line in a
+        # console log) must not hide the rows of the one the file really uses.
+        chosen = next((name for name in SERIALIZATIONS if self.rows[name]), None) or next(
+            (name for name in SERIALIZATIONS if name in self.present), None)
         if chosen is None:
             raise NoMetricsError(
                 f"{self.source}: no metric blocks found (looked for WANDB_MIRROR lines, "
                 "'Step N:' console dicts, {'async/...} dicts and JSON lines with a step key)", "no_metric_blocks")
-        problems = self.problems[chosen]
-        if problems:
-            shown = "; ".join(f"{self.source}:{line}: {message}" for line, message in problems[:MAX_PROBLEMS_SHOWN])
-            more = f" (and {len(problems) - MAX_PROBLEMS_SHOWN} more)" if len(problems) > MAX_PROBLEMS_SHOWN else ""
-            raise MetricsError(f"{self.source}: malformed {chosen} metric blocks: {shown}{more}")
+        # A line that cannot be parsed (cut by a kill, garbled) is skipped and counted, never
+        # guessed: any prefix of a log is a log.
+        skipped = sorted((SkippedLine(line, name, message) for name in SERIALIZATIONS
+                          if name == chosen or not self.rows[name] for line, message in self.problems[name]),
+                         key=lambda entry: entry.line)
         rows = self.rows[chosen]
+        if not rows and skipped and not self.eval_rows and not self.other_kinds:
+            raise NoMetricsError(
+                f"{self.source}: no parsable metric line ({len(skipped)} skipped, the first at line "
+                f"{skipped[0].line}: {skipped[0].reason})", "no_parsable_metric_line", tuple(skipped))
         if not rows:
             kinds = ", ".join(f"{k}={n}" for k, n in sorted(self.other_kinds.items())) or "none"
             raise MetricsError(
                 f"{self.source}: {chosen} metric lines found but none is a training row "
-                f"(eval rows: {len(self.eval_rows)}, other kinds: {kinds})")
+                f"(eval rows: {len(self.eval_rows)}, other kinds: {kinds}, skipped lines: {len(skipped)})")
         ignored = {name: len(self.rows[name]) for name in SERIALIZATIONS
                    if name != chosen and self.rows[name]}
         return ParsedLog(
@@ -105,6 +113,7 @@ class _Scanner:
             eval_rows=self.eval_rows if chosen == "wandb-json" else [],
             ignored_blocks=ignored,
             other_kinds=dict(sorted(self.other_kinds.items())),
+            skipped=skipped,
         )
 
     # -- scanning
@@ -214,14 +223,15 @@ class _Scanner:
             return None
         self.present.add("wandb-json")
         try:
+            step = int(match.group("step"))
             metrics = json.loads(match.group("json"))
-        except ValueError as error:
+        except (ValueError, RecursionError) as error:
             self._problem("wandb-json", line, f"WANDB_MIRROR metrics are not valid JSON ({error})")
             return end
         if not isinstance(metrics, dict):
             self._problem("wandb-json", line, "WANDB_MIRROR metrics are not a JSON object")
             return end
-        row = self._make_row("wandb-json", metrics, int(match.group("step")), line)
+        row = self._make_row("wandb-json", metrics, step, line)
         if row is not None:
             kind = match.group("kind")
             if kind == "train":
@@ -233,14 +243,14 @@ class _Scanner:
         return end
 
     def _json_line(self, text: str, end: int, line: int) -> int | None:
-        if text.endswith("cluster]"):
+        if "across cluster]" in text:
             text = RAY_REPEATED.sub("", text)
         text = text.strip()
         if not text.endswith("}"):
             return None
         try:
             value = json.loads(text)
-        except ValueError as error:
+        except (ValueError, RecursionError) as error:
             if any(f'"{key}"' in text for key in STEP_KEYS):
                 self._problem("json-lines", line, f"JSON metric line is not valid JSON ({error})")
                 return end
@@ -301,7 +311,7 @@ class _Scanner:
             if parts[-1].rstrip().endswith("}"):
                 try:
                     return parse_python_dict("\n".join(parts)), position - 1
-                except (ValueError, SyntaxError, RecursionError):
+                except (ValueError, SyntaxError, RecursionError, TypeError, MemoryError):
                     pass  # a nested dict closed on this line; the outer one continues
             if position >= size:
                 if final or size - block_start > MAX_BLOCK_CHARS:

@@ -13,7 +13,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from rlkeep import run_report
 from rlkeep.jsonio import atomic_write_bytes
-from rlkeep.metrics.common import DEFAULT_EMA_ALPHA, DEFAULT_REWARD_METRIC
+from rlkeep.metrics.common import DEFAULT_EMA_ALPHA, DEFAULT_REWARD_METRIC, MAX_SKIPPED_NAMED
 from rlkeep.metrics.lines import coerce_value
 from rlkeep.metrics.surface import Surface, metric_columns, ema_series
 from rlkeep.metrics.trials import PHASES, TRIAL_COLUMNS
@@ -199,6 +199,34 @@ def without_metrics_markdown(entries: Sequence[Mapping[str, Any]], heading: str 
     return out + [""]
 
 
+def skipped_lines_summary(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """attempts.json `skipped_lines` (also DONE's `skipped_log_lines`): the count, the count per
+    attempt and kind, and the first MAX_SKIPPED_NAMED lines by file and line number."""
+    by_attempt: dict[str, Counter[str]] = {}
+    for entry in entries:
+        by_attempt.setdefault(str(entry["attempt"]), Counter())[str(entry["kind"])] += 1
+    return {"count": len(entries), "by_attempt": {a: dict(sorted(c.items())) for a, c in by_attempt.items()},
+            "named": [dict(entry) for entry in entries[:MAX_SKIPPED_NAMED]]}
+
+
+def skipped_lines_markdown(summary: Mapping[str, Any] | None, heading: str = "##") -> list[str]:
+    """The section naming the unparsable metric lines that were skipped (also used by REPORT.md)."""
+    if not summary or not summary.get("count"):
+        return []
+    out = [f"{heading} Skipped log lines", "",
+           f"{summary['count']} metric line(s) could not be parsed (cut by a kill, garbled) and were skipped: "
+           "no row is guessed from them; the logs are preserved as they are in logs.tar.", "",
+           "| attempt | kind | skipped |", "|---|---|---|"]
+    out += [f"| {attempt} | {kind} | {count} |" for attempt, kinds in summary.get("by_attempt", {}).items()
+            for kind, count in kinds.items()]
+    named = summary.get("named") or []
+    out += ["", "| file:line | kind | reason |", "|---|---|---|"]
+    out += [f"| {e['source']}:{e['line']} | {e['kind']} | {_cell(e['reason']).replace('|', '/')} |" for e in named]
+    if summary["count"] > len(named):
+        out.append(f"| ({summary['count'] - len(named)} more) | | |")
+    return out + [""]
+
+
 def trial_markdown(trials: Sequence[Mapping[str, Any]], heading: str = "##") -> list[str]:
     """Trial outcomes and per-phase trial times (from result.json files)."""
     out = [f"{heading} Trial outcomes", ""]
@@ -252,6 +280,7 @@ def report_markdown(surface: Surface, trials: Sequence[Mapping[str, Any]] | None
             "(the earlier branch died; surviving checkpoints descend from the later attempt). "
             "An attempt without metrics replaces nothing.", ""]
     out += without_metrics_markdown([entry.to_json() for entry in surface.without_metrics])
+    out += skipped_lines_markdown(skipped_lines_summary(surface.skipped_lines()))
 
     if candidates is not None or selected_step is not None or behavior_break_step is not None:
         out += ["## Checkpoints", ""]
@@ -317,7 +346,8 @@ def attempts_json(surface: Surface) -> bytes:
                      "rows_kept": sum(1 for row in surface.rows if row["attempt"] == attempt)}
                     for attempt in (surface.chain or list(files)) if attempt in files]
     data = {"chain": surface.chain or list(files), "attempts_with_metrics": with_metrics,
-            "attempts_without_metrics": [entry.to_json() for entry in surface.without_metrics]}
+            "attempts_without_metrics": [entry.to_json() for entry in surface.without_metrics],
+            "skipped_lines": skipped_lines_summary(surface.skipped_lines())}
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 

@@ -5,10 +5,10 @@ import mmap
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from rlkeep.metrics.common import MetricsError, NoMetricsError
-from rlkeep.metrics.parse import ParsedLog, parse_log_stream
+from rlkeep.metrics.common import MAX_SKIPPED_NAMED, MetricsError
+from rlkeep.metrics.parse import ParsedLog
 from rlkeep.metrics.report import SURFACE_FILES, TRIAL_FILES, write_all, render_surface, render_trials
-from rlkeep.metrics.surface import AttemptWithoutMetrics, surface_from_parsed
+from rlkeep.metrics.surface import AttemptWithoutMetrics, read_attempt, surface_from_parsed
 from rlkeep.metrics.trials import trials_from_results
 from rlkeep.steps import StepContext
 
@@ -30,8 +30,9 @@ def _tar_logs(tar_path: Path, attempts: Sequence[str], manifest: Mapping[str, An
     """Every attempt's trainer log from logs.tar (members attempts/<slug>/trainer.log), parsed
     as a stream, in the record's chain order: (logs with metrics, attempts without metrics).
 
-    A readable log without any metric block is a dead attempt (kept apart, with its state from
-    the logs manifest); a missing member, an unreadable tar or a malformed/truncated block raises.
+    A readable log without any parsable metric line is a dead attempt (kept apart, with its state
+    from the logs manifest); unparsable lines are skipped and counted; a missing member or an
+    unreadable tar raises.
     """
     import tarfile
 
@@ -50,15 +51,15 @@ def _tar_logs(tar_path: Path, attempts: Sequence[str], manifest: Mapping[str, An
                 if handle is None:
                     raise MetricsError(f"{tar_path}: no {name}: the trainer log of attempt {slug} was not synced")
                 source = f"{tar_path.name}:{name}"
+                entry = described.get(slug, {})
                 with handle:
-                    chunks = iter(lambda: handle.read(TAR_READ_BYTES), b"")
-                    try:
-                        parsed.append((slug, parse_log_stream(chunks, source)))
-                    except NoMetricsError as error:
-                        entry = described.get(slug, {})
-                        dead.append(AttemptWithoutMetrics(
-                            attempt=slug, source=source, reason=error.reason, state=entry.get("state"),
-                            bytes=entry.get("bytes", member.size), lines=entry.get("lines")))
+                    outcome = read_attempt(slug, iter(lambda: handle.read(TAR_READ_BYTES), b""), source,
+                                           state=entry.get("state"), size=entry.get("bytes", member.size),
+                                           lines=entry.get("lines"))
+                if isinstance(outcome, AttemptWithoutMetrics):
+                    dead.append(outcome)
+                else:
+                    parsed.append((slug, outcome))
     except (tarfile.TarError, OSError) as error:
         raise MetricsError(f"{tar_path}: cannot read the logs tar ({error}); rerun sync_logs") from error
     return parsed, dead
@@ -109,8 +110,11 @@ def metric_surface_step(ctx: StepContext) -> None:
     for entry in dead:
         print(f"{entry.source}: no metrics ({entry.reason}; attempt state {entry.state or 'unknown'}): "
               "preserved in logs.tar, no rows")
+    skipped = surface.skipped_lines()
+    for entry in skipped[:MAX_SKIPPED_NAMED]:
+        print(f"{entry['source']}:{entry['line']}: skipped {entry['kind']} line: {entry['reason']}")
     print(f"metrics: {len(surface.rows)} steps, {len(surface.superseded)} superseded rows, "
-          f"{len(dead)} attempts without metrics")
+          f"{len(dead)} attempts without metrics, {len(skipped)} unparsable metric lines skipped")
 
 
 def trial_table_step(ctx: StepContext) -> None:

@@ -7,9 +7,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from rlkeep.metrics.common import MetricsError, ROW_META
+from rlkeep.metrics.common import MetricsError, NoMetricsError, ROW_META, SkippedLine
 from rlkeep.metrics.lines import coerce_value
-from rlkeep.metrics.parse import ParsedLog, parse_log
+from rlkeep.metrics.parse import ParsedLog, parse_log, parse_log_stream
 
 
 # --------------------------------------------------------------------------- the surface
@@ -24,17 +24,18 @@ class AttemptWithoutMetrics:
     state: str | None = None  # the scheduler's state in chain.json, as the logs manifest recorded it
     bytes: int | None = None
     lines: int | None = None
+    skipped: tuple[SkippedLine, ...] = ()  # reason no_parsable_metric_line: the lines that were cut
 
     def to_json(self) -> dict[str, Any]:
         return {"attempt": self.attempt, "reason": self.reason, "state": self.state, "bytes": self.bytes,
-                "lines": self.lines, "source": self.source}
+                "lines": self.lines, "source": self.source, "skipped_lines": len(self.skipped)}
 
 
 @dataclass
 class Surface:
     """rows: one per global step (sorted), keys global_step, attempt, source, line + metrics.
     superseded: rows replaced by a later attempt or a later block, with superseded_by/reason.
-    files: per log, in chain order: source, attempt, serialization, steps, ignored_blocks."""
+    files: per log, in chain order: source, attempt, serialization, steps, ignored_blocks, skipped."""
 
     rows: list[dict[str, Any]]
     superseded: list[dict[str, Any]]
@@ -48,6 +49,15 @@ class Surface:
 
     def steps(self) -> list[int]:
         return [row["global_step"] for row in self.rows]
+
+    def skipped_lines(self) -> list[dict[str, Any]]:
+        """Every unparsable metric line of the chain, in chain order then line order."""
+        by_attempt = {info["attempt"]: [s.to_json(info["attempt"], info["source"]) for s in info["skipped"]]
+                      for info in self.files}
+        by_attempt.update({d.attempt: [s.to_json(d.attempt, d.source) for s in d.skipped]
+                           for d in self.without_metrics})
+        order = self.chain or list(by_attempt)
+        return [entry for attempt in order for entry in by_attempt.get(attempt, [])]
 
 
 def metric_columns(rows: Iterable[Mapping[str, Any]], exclude: Sequence[str] = ROW_META) -> list[str]:
@@ -130,10 +140,35 @@ def surface_from_parsed(logs: Sequence[tuple[str, ParsedLog]],
         "steps": parsed.steps,
         "eval_rows": len(parsed.eval_rows),
         "ignored_blocks": parsed.ignored_blocks,
+        "skipped": parsed.skipped,
     } for attempt, parsed in logs]
     order = list(chain) if chain is not None else [*(a for a, _ in logs), *(d.attempt for d in without_metrics)]
     return Surface(rows=rows, superseded=superseded + eval_superseded, files=files, eval_rows=eval_rows,
                    without_metrics=list(without_metrics), chain=order)
+
+
+def read_attempt(attempt: str, chunks: Iterable[bytes], source: str, *, state: str | None = None,
+                 size: int | None = None, lines: int | None = None) -> ParsedLog | AttemptWithoutMetrics:
+    """One attempt's log as the chain sees it: its parsed rows, or, when it holds no parsable
+    metric line (empty, a traceback, only a line a kill cut), an attempt without metrics."""
+    try:
+        return parse_log_stream(chunks, source)
+    except NoMetricsError as error:
+        return AttemptWithoutMetrics(attempt=attempt, source=source, reason=error.reason, state=state,
+                                     bytes=size, lines=lines, skipped=error.skipped)
+
+
+def chain_surface(logs: Sequence[tuple[str, str, bytes]]) -> Surface:
+    """(attempt, source, log bytes) in chain order -> the surface the pipeline builds from them."""
+    parsed: list[tuple[str, ParsedLog]] = []
+    dead: list[AttemptWithoutMetrics] = []
+    for attempt, source, data in logs:
+        outcome = read_attempt(attempt, [data], source, size=len(data))
+        if isinstance(outcome, AttemptWithoutMetrics):
+            dead.append(outcome)
+        else:
+            parsed.append((attempt, outcome))
+    return surface_from_parsed(parsed, dead, chain=[attempt for attempt, _, _ in logs])
 
 
 def build_surface(logs: Sequence[tuple[str, str, str]]) -> Surface:
