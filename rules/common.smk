@@ -98,7 +98,8 @@ def load_job_record(job):
 
 def get_record(job):
     """The validated record of a job. The campaign target never plans a refused record's job;
-    naming one of its files as a target stops planning with the record's message alone."""
+    naming one of its files as a target stops planning with the record's message alone.
+    """
     record = load_job_record(job)
     if isinstance(record, RecordError):
         # Snakemake wraps an Exception from an input function in an InputFunctionException that
@@ -110,7 +111,8 @@ def get_record(job):
 
 def get_all_jobs():
     """Every job with a record file in records/ (the file stem) that can be a target: a stem that is
-    no job name is never one (its record is refused, rlkeep.records: 'job' must equal the stem)."""
+    no job name is never one (its record is refused, rlkeep.records: 'job' must equal the stem).
+    """
     stems = [Path(path).stem for path in get_record_files()]
     return [stem for stem in stems if JOB_PATTERN.fullmatch(stem)]
 
@@ -175,7 +177,10 @@ def get_record_files():
     """Every records/*.yaml, good or refused (the campaign view shows both)."""
     if not RECORDS_DIR.is_dir():
         return []
-    return [str(path) for path in sorted(RECORDS_DIR.glob("*.yaml"), key=lambda path: path.stem)]
+    return [
+        str(path)
+        for path in sorted(RECORDS_DIR.glob("*.yaml"), key=lambda path: path.stem)
+    ]
 
 
 ##### settings handed to steps (params, so a change reruns what it affects) #####
