@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from rlkeep.campaign import write_campaign
 from rlkeep_dev.example.kinds import write_datagen_run
 from tests.conftest import run_snakemake, write_record
 
@@ -71,8 +72,7 @@ def test_bad_records_are_named_and_every_good_one_is_built(tmp_path: Path, data_
     assert refused["records"] == 7
     assert [(entry["job"], entry["file"]) for entry in refused["refused"]] == [
         (TYPO, f"records/{TYPO}.yaml"), (UNBASED, f"records/{UNBASED}.yaml")]
-    assert [entry["error"] for entry in refused["refused"]] == [
-        f"{data_root}/{typo_error}", f"{data_root}/{unbased_error}"]
+    assert [entry["error"] for entry in refused["refused"]] == [typo_error, unbased_error]
 
     # a refused record's DONE, named: its message alone, before any work
     named = run_snakemake(data_root, f"{TYPO}/DONE")
@@ -89,3 +89,19 @@ def test_bad_records_are_named_and_every_good_one_is_built(tmp_path: Path, data_
     assert json.loads((data_root / TYPO / "DONE").read_text())["remaining_work"] == []
     refused = json.loads((data_root / "campaign" / "refused.json").read_text())
     assert [entry["job"] for entry in refused["refused"]] == [UNBASED]
+
+
+def test_refused_json_lists_every_record_that_does_not_load_also_from_the_pages_cache(tmp_path: Path,
+                                                                                        data_root: Path) -> None:
+    seed_datagen(tmp_path, data_root, "dg-1")
+    (data_root / "records" / "dg-2.yaml").write_text("job: dg-2\nchain: [unclosed\n")
+    refused_file = data_root / "campaign" / "refused.json"
+    expected = {"records": 2, "refused": [{"job": "dg-2", "file": "records/dg-2.yaml",
+                                           "error": "records/dg-2.yaml: not valid YAML at line 3, column 1: "
+                                                    "did not find expected ',' or ']'"}]}
+    for _ in range(2):  # the second refresh reads nothing again (campaign/.pages.json) and says the same
+        write_campaign(data_root, Path("records"))
+        assert json.loads(refused_file.read_text()) == expected
+    (data_root / "records" / "dg-2.yaml").unlink()
+    write_campaign(data_root, Path("records"))
+    assert json.loads(refused_file.read_text()) == {"records": 1, "refused": []}

@@ -123,10 +123,14 @@ def _refresh(data_root: Path, records_dir: Path, out_dir: Path, settings: dict[s
 
 def refused_records(data_root: Path, records_dir: Path, runs: dict[str, dict[str, str]]) -> dict[str, Any]:
     """campaign/refused.json: every record in records/ that does not load, with its error (file, field,
-    what was expected); `refused` is empty when every record loads."""
-    def shown(path: Path) -> str:
-        return str(path.relative_to(data_root)) if path.is_relative_to(data_root) else str(path)
-
-    refused = [{"job": job, "file": shown(records_dir / f"{job}.yaml"), "error": run["refused"]}
-               for job, run in sorted(runs.items()) if run.get("refused")]
+    what was expected) naming the file as planning does, from the data root; `refused` is empty when
+    every record loads."""
+    refused = []
+    for job, run in sorted(runs.items()):
+        if not run.get("refused"):
+            continue
+        path = records_dir / f"{job}.yaml"
+        shown = str(path.relative_to(data_root)) if path.is_relative_to(data_root) else str(path)
+        error = run["refused"].removeprefix(f"{path}: ")
+        refused.append({"job": job, "file": shown, "error": f"{shown}: {error}"})
     return {"records": len(runs), "refused": refused}
