@@ -1,7 +1,8 @@
 # The campaign view (rlkeep/campaign/): campaign/index.html, one row per record in records/,
-# and campaign/<job>.html per record. It reads only the records and the job folders (no network),
-# so it is cheap; the onsuccess/onerror handlers in common.smk rebuild it after every invocation,
-# and this rule makes it on demand (`snakemake campaign/index.html`, and the default target `all`).
+# campaign/<job>.html per record, and campaign/refused.json, the records that do not load. It
+# reads only the records and the job folders (no network), so it is cheap; the onsuccess/onerror
+# handlers in common.smk rebuild it after every invocation, and this rule makes it on demand
+# (`snakemake campaign/index.html`, and the default target `all`).
 
 
 rule campaign:
@@ -14,6 +15,7 @@ rule campaign:
             category="Campaign",
         ),
         runs=expand("campaign/{job}.html", job=get_all_jobs()),
+        refused="campaign/refused.json",
     log:
         "campaign/logs/campaign.log",
     conda:

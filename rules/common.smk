@@ -16,6 +16,7 @@ from rlkeep.settled import (
     admitted_jobs,
     named_in_config,
     planning_is_forced,
+    refusal_message,
     unsettled_reason,
     waiting_message,
 )
@@ -87,59 +88,71 @@ localrules:
 
 
 @lru_cache(maxsize=None)
-def get_record(job):
-    """The validated record of a job; a bad record stops planning with one clear message."""
+def load_job_record(job):
+    """The job's validated record, or the RecordError that refuses it (each record alone)."""
     try:
         return load_record(record_path(RECORDS_DIR, job))
     except RecordError as error:
-        raise WorkflowError(str(error)) from None
+        return error
+
+
+def get_record(job):
+    """The validated record of a job. The campaign target never plans a refused record's job;
+    naming one of its files as a target stops planning with the record's message alone.
+    """
+    record = load_job_record(job)
+    if isinstance(record, RecordError):
+        # Snakemake wraps an Exception from an input function in an InputFunctionException that
+        # prints the function's frames; SystemExit is no Exception, so the message stands alone.
+        print(f"rlkeep: {record}", file=sys.stderr)
+        raise SystemExit(1)
+    return record
 
 
 def get_all_jobs():
-    """Every job with a record in records/ (the file stem), checked to be a job name."""
-    if not RECORDS_DIR.is_dir():
-        return []
-    jobs = sorted(p.stem for p in RECORDS_DIR.glob("*.yaml"))
-    for job in jobs:
-        if not JOB_PATTERN.fullmatch(
-            job
-        ):  # it could never be a target: say so, naming the file
-            raise WorkflowError(
-                f"{record_path(RECORDS_DIR, job)}: field 'job' must equal the file stem, and {job!r} is not a "
-                "job name; expected a file named <job>.yaml with <job> matching ^[A-Za-z0-9][A-Za-z0-9._-]*$"
-            )
-    return jobs
+    """Every job with a record file in records/ (the file stem) that can be a target: a stem that is
+    no job name is never one (its record is refused, rlkeep.records: 'job' must equal the stem).
+    """
+    stems = [Path(path).stem for path in get_record_files()]
+    return [stem for stem in stems if JOB_PATTERN.fullmatch(stem)]
 
 
 def get_all_done_targets(wildcards):
     """DONE of every job the campaign target still has to plan: a settled job (its completion
     record still describes it, rlkeep.settled) is left out unless this invocation forces
-    anything, and at most `max_new_jobs` jobs that have not started are taken (the others wait,
-    and planning says so). An input function, so Snakemake's DAG settings (--forcerun, ...) are known.
+    anything, at most `max_new_jobs` jobs that have not started are taken (the others wait,
+    and planning says so), and a job whose record does not load is refused (planning names
+    each, with its error). An input function, so Snakemake's DAG settings (--forcerun, ...) are known.
     """
     forced = planning_is_forced(workflow.dag_settings)
     max_new_jobs = get_max_new_jobs()
-    planned, waiting = admitted_jobs(
-        get_all_jobs(),
+    admission = admitted_jobs(
+        [Path(path).stem for path in get_record_files()],
         started=lambda job: Path(job).is_dir(),
         needs_planning=lambda job: forced or get_unsettled_reason(job) is not None,
         named=lambda job: named_in_config(config, job),
         max_new_jobs=max_new_jobs,
+        loads=lambda job: not isinstance(load_job_record(job), RecordError),
     )
-    if waiting and not WAITING_MESSAGE:
-        WAITING_MESSAGE.append(waiting_message(waiting, max_new_jobs))
-        print(WAITING_MESSAGE[0], file=sys.stderr)
-    return [f"{job}/DONE" for job in planned]
+    if not PLANNING_NOTES:  # once, however often Snakemake asks for the inputs
+        if admission.refused:
+            errors = [str(load_job_record(job)) for job in admission.refused]
+            PLANNING_NOTES.append(refusal_message(errors))
+        if admission.waiting:
+            PLANNING_NOTES.append(waiting_message(admission.waiting, max_new_jobs))
+        for note in PLANNING_NOTES:
+            print(note, file=sys.stderr)
+    return [f"{job}/DONE" for job in admission.planned]
 
 
 # Said once when planning, however often Snakemake asks for the inputs, and again at the end
-# (repeat_waiting_message), where it is not lost above a long run's log.
-WAITING_MESSAGE = []
+# (repeat_planning_notes), where they are not lost above a long run's log.
+PLANNING_NOTES = []
 
 
-def repeat_waiting_message():
-    for message in WAITING_MESSAGE:
-        print(message, file=sys.stderr)
+def repeat_planning_notes():
+    for note in PLANNING_NOTES:
+        print(note, file=sys.stderr)
 
 
 def get_max_new_jobs():
@@ -161,7 +174,13 @@ def get_records_dir(wildcards):
 
 
 def get_record_files():
-    return [str(record_path(RECORDS_DIR, job)) for job in get_all_jobs()]
+    """Every records/*.yaml, good or refused (the campaign view shows both)."""
+    if not RECORDS_DIR.is_dir():
+        return []
+    return [
+        str(path)
+        for path in sorted(RECORDS_DIR.glob("*.yaml"), key=lambda path: path.stem)
+    ]
 
 
 ##### settings handed to steps (params, so a change reruns what it affects) #####
@@ -380,13 +399,13 @@ def refresh_campaign():
 onsuccess:
     write_status_files()
     refresh_campaign()
-    repeat_waiting_message()
+    repeat_planning_notes()
 
 
 onerror:
     write_status_files()
     refresh_campaign()
-    repeat_waiting_message()
+    repeat_planning_notes()
 
 
 ##### inputs of the completion record #####

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -176,3 +178,66 @@ def test_only_a_scheduler_that_needs_a_cluster_asks_for_one(tmp_path: Path) -> N
     assert load_record(write(tmp_path, SLURM_RECORD)).cluster is None
     none_record = {k: v for k, v in mutate("scheduler", "none").items() if k != "cluster"}
     assert load_record(write(tmp_path, none_record)).scheduler == "none"
+
+
+# --------------------------------------------------------------------------- base_model where it is needed
+
+
+def without_base_model(**changes: object) -> dict:
+    data = {key: value for key, value in copy.deepcopy(GOOD).items() if key != "base_model"}
+    data.update(changes)
+    return data
+
+
+@pytest.mark.parametrize("label,data,because", [
+    ("model published", without_base_model(register={"authorized": False}), "publish.model names a model to publish"),
+    ("registration authorized", without_base_model(publish=None, register={"authorized": True, "url": "sqlite:///r.db"}),
+     "register.authorized is true"),
+    ("both", without_base_model(register={"authorized": True, "url": "sqlite:///r.db"}),
+     "publish.model names a model to publish and register.authorized is true"),
+], ids=["model published", "registration authorized", "both"])
+def test_publishing_or_registering_a_model_without_base_model_is_refused_naming_the_field(
+        tmp_path: Path, label: str, data: dict, because: str) -> None:
+    data = {key: value for key, value in data.items() if value is not None}
+    path = write(tmp_path, data)
+    with pytest.raises(RecordError) as caught:
+        load_record(path)
+    assert str(caught.value) == (f"{path}: field 'base_model' is missing; expected a Hub model id like Qwen/Qwen3-8B "
+                                 f"because {because} (rlkeep never guesses a base model)")
+
+
+def test_base_model_is_not_asked_for_when_no_model_is_published_or_registered(tmp_path: Path) -> None:
+    """Contract §3: optional; only publication (of the model) and registration need it."""
+    unauthorized = without_base_model(register={"authorized": False})
+    del unauthorized["publish"]
+    assert load_record(write(tmp_path, unauthorized)).base_model is None
+    datagen = {key: GOOD[key] for key in ("job", "user", "scheduler", "cluster", "chain", "store")}
+    datagen.update(kind="datagen", publish={"traces": "laion/rl-qwen3-swe-v3-traces"})
+    assert load_record(write(tmp_path, datagen)).publish == {"traces": "laion/rl-qwen3-swe-v3-traces"}
+
+
+# --------------------------------------------------------------------------- rlkeep validate-record
+
+
+def validate_record(*paths: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "rlkeep", "validate-record", *map(str, paths)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_validate_record_reports_every_file_each_alone_and_fails_if_any_is_refused(tmp_path: Path) -> None:
+    good = [write(tmp_path, {**GOOD, "job": name}, name=name) for name in ("rl-a", "rl-c")]
+    typo = write(tmp_path, {**GOOD, "job": "rl-b", "stroe": "s3://x/y"}, name="rl-b")
+    unbased = write(tmp_path, without_base_model(job="rl-d"), name="rl-d")
+    broken = write(tmp_path, "job: rl-e\nchain: [unclosed\n", name="rl-e")
+
+    result = validate_record(good[0], typo, unbased, broken, good[1])
+    assert result.returncode == 1, result
+    assert result.stdout.splitlines() == [f"{path}: ok ({path.stem}, 2 attempts, scheduler iris)" for path in good]
+    errors = result.stderr.splitlines()
+    assert errors[0].startswith(f"rlkeep: {typo}: unknown key 'stroe'")
+    assert errors[1].startswith(f"rlkeep: {unbased}: field 'base_model' is missing")
+    assert errors[2].startswith(f"rlkeep: {broken}: not valid YAML at line 3")
+    assert errors[3:] == ["rlkeep: 3 of 5 record(s) refused"]
+    assert "Traceback" not in result.stderr
+
+    assert validate_record(*good).returncode == 0

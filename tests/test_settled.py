@@ -15,7 +15,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from rlkeep.settled import admitted_jobs, named_in_config, planning_is_forced, unsettled_reason, waiting_message
+from rlkeep.settled import (
+    admitted_jobs, named_in_config, planning_is_forced, refusal_message, unsettled_reason, waiting_message,
+)
 from tests.conftest import run_snakemake, write_record
 
 RECORD = b"job: rl-demo\n"
@@ -112,21 +114,49 @@ def test_new_jobs_are_taken_in_name_order_up_to_the_limit_and_the_rest_wait() ->
     jobs = [f"run-{index}" for index in range(6)]
     started = {"run-4"}                      # a started job is never held back, nor counts as new
     named = {"run-5"}                        # nor is one a --config value names
-    planned, waiting = admitted_jobs(jobs, started=started.__contains__, needs_planning=lambda job: True,
-                                     named=named.__contains__, max_new_jobs=2)
+    planned, waiting, refused = admitted_jobs(jobs, started=started.__contains__, needs_planning=lambda job: True,
+                                              named=named.__contains__, max_new_jobs=2)
     assert planned == ["run-0", "run-1", "run-4", "run-5"]
-    assert waiting == ["run-2", "run-3"]
+    assert waiting == ["run-2", "run-3"] and refused == []
 
-    planned, waiting = admitted_jobs(jobs, started=started.__contains__, needs_planning=lambda job: True,
-                                     named=named.__contains__, max_new_jobs=None)
-    assert planned == jobs and waiting == []
+    planned, waiting, refused = admitted_jobs(jobs, started=started.__contains__, needs_planning=lambda job: True,
+                                              named=named.__contains__, max_new_jobs=None)
+    assert planned == jobs and waiting == [] and refused == []
 
 
 def test_a_settled_job_leaves_room_for_no_new_job_and_is_not_planned() -> None:
     jobs = ["a-done", "b-new", "c-new"]
-    planned, waiting = admitted_jobs(jobs, started=lambda job: job.endswith("done"),
-                                     needs_planning=lambda job: False, named=lambda job: False, max_new_jobs=1)
-    assert planned == ["b-new"] and waiting == ["c-new"]
+    planned, waiting, refused = admitted_jobs(jobs, started=lambda job: job.endswith("done"),
+                                              needs_planning=lambda job: False, named=lambda job: False, max_new_jobs=1)
+    assert planned == ["b-new"] and waiting == ["c-new"] and refused == []
+
+
+def test_a_record_that_does_not_load_is_refused_alone_and_takes_no_place_among_the_new_jobs() -> None:
+    jobs = ["a-bad", "b-new", "c-started-bad", "d-named-bad", "e-new", "f-settled-bad", "g-new", "h-bad"]
+    bad = {"a-bad", "c-started-bad", "d-named-bad", "f-settled-bad", "h-bad"}
+    loaded: list[str] = []
+
+    def loads(job: str) -> bool:
+        loaded.append(job)
+        return job not in bad
+
+    admission = admitted_jobs(jobs, started=lambda job: "started" in job or "settled" in job,
+                              needs_planning=lambda job: "settled" not in job, named=lambda job: "named" in job,
+                              max_new_jobs=2, loads=loads)
+    assert admission.planned == ["b-new", "e-new"]
+    assert admission.waiting == ["g-new"]
+    # the waiting ones are checked too (every bad record is named at once); a settled job's record is not read
+    assert admission.refused == ["a-bad", "c-started-bad", "d-named-bad", "h-bad"]
+    assert "f-settled-bad" not in loaded and sorted(loaded) == sorted(set(jobs) - {"f-settled-bad"})
+
+
+def test_the_refusal_message_gives_each_records_own_error_on_its_own_line() -> None:
+    errors = ["records/a.yaml: unknown key 'stroe' in the top level; expected only: ...",
+              "records/b.yaml: field 'base_model' is missing; expected a Hub model id like Qwen/Qwen3-8B ..."]
+    first, *lines = refusal_message(errors).splitlines()
+    assert first.startswith("rlkeep: 2 record(s) refused; their jobs are not planned, every other record's are.")
+    assert "campaign/refused.json" in first and "run the same command again" in first
+    assert lines == [f"  {error}" for error in errors]
 
 
 def test_the_waiting_message_counts_names_and_says_how_to_continue() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -199,6 +200,7 @@ def validate_record_data(data: Any, path: Path) -> JobRecord:
     register = data.get("register")
     if register and register.get("authorized") and not register.get("url"):
         raise RecordError(f"{path}: field 'register.url' is missing; expected the registry URL when register.authorized is true")
+    _check_base_model(data, path)
 
     layout = _layout(data, spec, path)
     return JobRecord(
@@ -268,6 +270,19 @@ def _check_kind_sections(data: dict[str, Any], spec: KindSpec, path: Path) -> No
                           f"expected no layout.traces for kind {spec.name}")
 
 
+def _check_base_model(data: dict[str, Any], path: Path) -> None:
+    """Publishing a model and registering one state its exact base model (contract §3: publication
+    and registration need it; the runbook: never invent one), so a record that asks for either names it."""
+    if "base_model" in data:
+        return
+    asks = [what for what, asked in (("publish.model names a model to publish", "model" in (data.get("publish") or {})),
+                                     ("register.authorized is true", (data.get("register") or {}).get("authorized")))
+            if asked]
+    if asks:
+        raise RecordError(f"{path}: field 'base_model' is missing; expected {_expected('base_model')} because "
+                          f"{' and '.join(asks)} (rlkeep never guesses a base model)")
+
+
 def _layout(data: dict[str, Any], spec: KindSpec, path: Path) -> dict[str, str]:
     """Layout defaults of the kind; a kind without a trace tree has no `traces` entry."""
     layout = dict(DEFAULT_LAYOUT)
@@ -301,10 +316,19 @@ def record_path(records_dir: str | Path, job: str) -> Path:
 
 
 def cli_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="rlkeep validate-record", description="Validate job records.")
+    parser = argparse.ArgumentParser(prog="rlkeep validate-record",
+                                     description="Validate job records, each alone; exit 1 if any is refused.")
     parser.add_argument("paths", nargs="+", type=Path)
     args = parser.parse_args(argv)
+    refused = 0
     for path in args.paths:
-        record = load_record(path)
+        try:
+            record = load_record(path)
+        except RecordError as error:
+            refused += 1
+            print(f"rlkeep: {error}", file=sys.stderr)
+            continue
         print(f"{path}: ok ({record.job}, {len(record.chain)} attempts, scheduler {record.scheduler})")
-    return 0
+    if refused:
+        print(f"rlkeep: {refused} of {len(args.paths)} record(s) refused", file=sys.stderr)
+    return 1 if refused else 0

@@ -20,13 +20,18 @@ all of its jobs: 28 to 51 ms of CPU per record on the 2-core machines measured, 
 minute for 1,000 new records, nearly all of it Snakemake's own per-job work. So the campaign target also admits at most `max_new_jobs` records that have not
 started per invocation, in name order (`admitted_jobs`); the others wait for a later invocation and
 planning says so. Started jobs and jobs a `--config` value names are never held back.
+
+Every record the campaign target would plan or hold back is loaded alone: one that does not load
+(rlkeep.records.load_record's RecordError) is *refused*. Its job is not planned and takes no place
+among the new jobs; every other record is planned as if it were absent, and planning lists each
+refused record with its own error (`refusal_message`), again at the end of a run.
 """
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rlkeep.steps import is_authorized
 
@@ -60,29 +65,39 @@ def unsettled_reason(job_dir: Path, record_sha256: str,
     return None
 
 
+class Admission(NamedTuple):
+    """The campaign target's decision, each list in the order of the records."""
+
+    planned: list[str]   # their DONEs are asked for
+    waiting: list[str]   # not started, beyond max_new_jobs: a later invocation takes them
+    refused: list[str]   # needed planning, but the record does not load: never planned, named instead
+
+
 def admitted_jobs(jobs: Iterable[str], *, started: Callable[[str], bool],
                   needs_planning: Callable[[str], bool], named: Callable[[str], bool],
-                  max_new_jobs: int | None) -> tuple[list[str], list[str]]:
-    """(planned, waiting) for the campaign target, both in the order of `jobs`.
+                  max_new_jobs: int | None, loads: Callable[[str], bool] = lambda job: True) -> Admission:
+    """Which jobs the campaign target plans, which wait, which are refused.
 
     A job a `--config` value names is planned; a started job is planned while it needs planning
     (not settled, or the invocation forces planning); of the jobs not started, the first
-    `max_new_jobs` are planned (None: all) and the rest wait."""
-    planned: list[str] = []
-    waiting: list[str] = []
+    `max_new_jobs` are planned (None: all) and the rest wait. Each record that would be planned
+    or wait is loaded alone (`loads`), and one that does not load is refused and takes no place
+    among the new jobs; a settled job's record is not read (DONE was made from this very file)."""
+    admission = Admission([], [], [])
     new_admitted = 0
     for job in jobs:
-        if named(job):
-            planned.append(job)
+        if named(job) or (started(job) and needs_planning(job)):
+            (admission.planned if loads(job) else admission.refused).append(job)
         elif started(job):
-            if needs_planning(job):
-                planned.append(job)
+            continue
+        elif not loads(job):
+            admission.refused.append(job)
         elif max_new_jobs is None or new_admitted < max_new_jobs:
-            planned.append(job)
+            admission.planned.append(job)
             new_admitted += 1
         else:
-            waiting.append(job)
-    return planned, waiting
+            admission.waiting.append(job)
+    return admission
 
 
 def waiting_message(waiting: list[str], max_new_jobs: int) -> str:
@@ -92,6 +107,14 @@ def waiting_message(waiting: list[str], max_new_jobs: int) -> str:
             f"({shown}): the campaign target takes at most {max_new_jobs} new job(s) per invocation "
             "(config max_new_jobs). Run the same command again after this one, name a job's DONE, or "
             "take more with --config max_new_jobs=<n> (or =all).")
+
+
+def refusal_message(errors: list[str]) -> str:
+    """What planning prints when records are refused: one line per record, its own error."""
+    return "\n".join([f"rlkeep: {len(errors)} record(s) refused; their jobs are not planned, every other record's "
+                      "are. Correct each file as its line says and run the same command again "
+                      "(campaign/refused.json lists the refused records after each run):",
+                      *(f"  {error}" for error in errors)])
 
 
 def named_in_config(config: Mapping[str, Any], job: str) -> bool:

@@ -136,13 +136,16 @@ def test_the_pipeline_refuses_a_bad_record_before_any_work(data_root: Path, iris
 
 
 def test_a_record_file_named_with_shell_metacharacters_is_refused_naming_it(data_root: Path, iris) -> None:
+    """The campaign target refuses it alone (issue 28): named in planning and in campaign/refused.json."""
     bad = "rl;demo"
     path = data_root / "records" / f"{bad}.yaml"
     path.write_text(yaml.safe_dump({**GOOD, "job": bad, "store": "s3://runs/iris/x"}))
     result = run_snakemake(data_root)
     output = result.stdout + result.stderr
-    assert result.returncode != 0 and not (data_root / bad).exists() and iris.calls() == []
-    assert f"records/{bad}.yaml" in output and "'job'" in output, output[-2000:]
+    assert not (data_root / bad).exists() and iris.calls() == []
+    assert f"  records/{bad}.yaml: field 'job'" in result.stderr, output[-2000:]
+    refused = json.loads((data_root / "campaign" / "refused.json").read_text())["refused"]
+    assert [entry["file"] for entry in refused] == [f"records/{bad}.yaml"] and "'job'" in refused[0]["error"]
 
 
 # --------------------------------------------------------------------------- the store

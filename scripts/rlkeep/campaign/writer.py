@@ -26,7 +26,8 @@ from rlkeep.report import rlkeep_revision
 PAGES_STATE = ".pages.json"
 PAGES_LOCK = ".pages.lock"
 KEPT_PAGES = ".pages"  # hard links to the pages, by fingerprint (_keep_page)
-PAGES_FORMAT = 1  # raise when the pages change in a way the fingerprint cannot see
+PAGES_FORMAT = 2  # raise when the pages change in a way the fingerprint cannot see (2: a run's record error kept)
+REFUSED = "refused.json"  # the records that do not load, for scripts (README, "A job record")
 
 
 def _previous_runs(state_path: Path, settings: dict[str, Any]) -> dict[str, dict[str, str]]:
@@ -110,8 +111,26 @@ def _refresh(data_root: Path, records_dir: Path, out_dir: Path, settings: dict[s
                                                endpoint=endpoint, cache_dir=out_dir / ".plots").encode("utf-8"))
         _keep_page(out_dir, job, fingerprint)
         runs[job] = {"fingerprint": fingerprint, "overall": view.overall, "row": run_row(view, endpoint)}
+        if view.record_error:
+            runs[job]["refused"] = view.record_error
     index = out_dir / "index.html"
     atomic_write_bytes(index, index_from_rows([(run["overall"], run["row"]) for run in runs.values()],
                                               generated_at=generated_at, revision=revision).encode("utf-8"))
+    write_json(out_dir / REFUSED, refused_records(data_root, records_dir, runs))
     write_json(state_path, {"settings": settings, "runs": runs})
     return index
+
+
+def refused_records(data_root: Path, records_dir: Path, runs: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """campaign/refused.json: every record in records/ that does not load, with its error (file, field,
+    what was expected) naming the file as planning does, from the data root; `refused` is empty when
+    every record loads."""
+    refused = []
+    for job, run in sorted(runs.items()):
+        if not run.get("refused"):
+            continue
+        path = records_dir / f"{job}.yaml"
+        shown = str(path.relative_to(data_root)) if path.is_relative_to(data_root) else str(path)
+        error = run["refused"].removeprefix(f"{path}: ")
+        refused.append({"job": job, "file": shown, "error": f"{shown}: {error}"})
+    return {"records": len(runs), "refused": refused}
