@@ -13,15 +13,19 @@ from tests.support.campaign import (BLOCKED_REASON, blocked_run, completed_run, 
                                     write_record)
 
 
+CELL_STATES = {"c": "completed", "b": "blocked", "p": "pending", "n": "not_applicable"}
+
+
 class Rows(HTMLParser):
-    """{job: {"state": ..., "kind", "user", "steps": {step: status}, "titles": {step: title}, "text": ...}}
-    of the rows of table#runs."""
+    """{job: {"state", "kind", "user", "steps": {step: status} (the strip's cells in pipeline order),
+    "tips": {step: the blocked cell's full text}, "text": ...}} of the rows of table#runs."""
 
     def __init__(self) -> None:
         super().__init__()
         self.rows: dict[str, dict] = {}
         self.current: dict | None = None
         self.table: str | None = None
+        self.tip: str | None = None
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
@@ -30,20 +34,27 @@ class Rows(HTMLParser):
         if tag == "tr" and "data-job" in attrs and self.table == "runs":
             self.current = self.rows.setdefault(attrs["data-job"], {
                 "state": attrs["data-state"], "kind": attrs["data-kind"], "user": attrs["data-user"],
-                "hidden": "hidden" in attrs, "steps": {}, "titles": {}, "text": ""})
-        if self.current is not None and "data-step" in attrs:
-            self.current["steps"][attrs["data-step"]] = attrs["data-status"]
-            self.current["titles"][attrs["data-step"]] = attrs["title"]
+                "cells": [], "steps": {}, "tips": {}, "text": ""})
+        if self.current is not None and tag in {"i", "button"} and attrs.get("class") in CELL_STATES:
+            self.current["cells"].append(CELL_STATES[attrs["class"]])
+        if self.current is not None and attrs.get("role") == "tooltip":
+            self.tip = STEPS[len(self.current["cells"]) - 1].name
+            self.current["tips"][self.tip] = ""
 
     def handle_endtag(self, tag):
-        if tag == "tr":
+        if tag == "tr" and self.current is not None:
+            self.current["steps"] = dict(zip([step.name for step in STEPS], self.current["cells"]))
             self.current = None
         if tag == "table":
             self.table = None
+        if tag == "span":
+            self.tip = None
 
     def handle_data(self, data):
         if self.current is not None:
             self.current["text"] += data
+            if self.tip:
+                self.current["tips"][self.tip] += data
 
 
 def parse_rows(text: str) -> dict[str, dict]:
@@ -84,7 +95,7 @@ def test_one_row_per_record_with_each_steps_state(root: Path, monkeypatch: pytes
 def test_blocked_reason_is_in_the_title_and_the_text_escaped(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     text = build(root, monkeypatch).read_text()
     rows = parse_rows(text)
-    assert BLOCKED_REASON in rows["rl-stuck"]["titles"]["sync_logs"]  # the parser unescapes attributes
+    assert rows["rl-stuck"]["tips"] == {"sync_logs": f"sync logs: blocked: {BLOCKED_REASON}"}
     assert BLOCKED_REASON in rows["rl-stuck"]["text"]
     assert "<script>alert(1)</script>" not in text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text

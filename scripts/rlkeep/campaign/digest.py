@@ -122,7 +122,7 @@ def run_digest(view: Any) -> dict[str, Any]:
     return {
         "job": view.job, "kind": str(status.get("kind") or "rl"), "user": view.facts.get("user") or "unknown",
         "overall": overall, "cells": [[name, state] for name, state, _ in cells], "blocked": blocked,
-        "selected": {"step": selected.get("step"), "rule": rule.get("kind")} if selected else None,
+        "selected": {"step": selected["step"], "rule": rule.get("kind")} if selected.get("step") is not None else None,
         "rewards": rewards(files.get("metric_rows") or [], selected.get("step")),
         "base_model": view.facts.get("base_model"), "model_bytes": model_bytes(files),
         "dates": dates(files, status),

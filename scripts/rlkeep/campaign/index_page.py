@@ -183,6 +183,6 @@ def index_from_entries(entries: list[dict[str, Any]], *, generated_at: str, revi
         f"<h2>Runs</h2>{_controls(digests)}"
         f"<p class=\"legend\">Steps, left to right: {esc(order)}. {legend} (focus or click a blocked cell for its "
         "reason).</p>"
-        f"<table id=\"runs\"><thead><tr>{head}</tr></thead><tbody>{''.join(e['row'] for e in entries)}</tbody></table>"
+        f"<table id=\"runs\" data-steps=\"{esc('|'.join(step.name.replace('_', ' ') for step in STEPS))}\"><thead><tr>{head}</tr></thead><tbody>{''.join(e['row'] for e in entries)}</tbody></table>"
     )
     return page("rlkeep campaign", body, generated_at=generated_at, revision=revision, script=SCRIPT)

@@ -21,8 +21,9 @@ h1{font-size:1.4rem;margin:0 0 .3rem}h2{font-size:1.1rem;margin:1.2rem 0 .4rem}h
 table{border-collapse:collapse;margin:.4rem 0}caption{text-align:left;font-weight:600;padding:.3rem 0}
 th,td{border:1px solid var(--line);padding:.25rem .4rem;vertical-align:top;text-align:left}
 thead th{background:#ececec}
-.st-completed,.ov-done{background:#d7f0d9;color:#0b4d12}.st-blocked,.ov-blocked,.ov-unreadable{background:#fbd5d5;color:#7a0b0b}
-.st-pending,.ov-in_progress{background:#fff1c2;color:#5c4300}.st-not_applicable,.ov-not_started{background:#eeeeee;color:#3d3d3d}
+.st-completed,.ov-done,.strip .c{background:#d7f0d9;color:#0b4d12}
+.st-blocked,.ov-blocked,.ov-unreadable,.strip .b{background:#fbd5d5;color:#7a0b0b}
+.st-pending,.ov-in_progress,.strip .p{background:#fff1c2;color:#5c4300}.st-not_applicable,.ov-not_started,.strip .n{background:#eeeeee;color:#3d3d3d}
 .badge{display:inline-block;padding:0 .35rem;border-radius:3px;font-weight:600;white-space:nowrap}
 .reason{display:block;font-size:12px;white-space:pre-wrap}
 code{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;background:#f3f3f3;padding:0 .2rem;overflow-wrap:anywhere}
@@ -35,9 +36,9 @@ a{color:#0645ad}footer{margin-top:2rem;color:var(--muted);font-size:12px}
 .strip{display:flex;flex-wrap:wrap;gap:1px}
 .scroll{max-height:17rem;overflow:auto;border:1px solid var(--line)}.scroll table{margin:0;font-size:13px;width:100%}
 .scroll thead th{position:sticky;top:0}
-.s{position:relative;display:inline-block;width:13px;height:18px;font:11px/18px sans-serif;text-align:center;
+.strip i,.strip button{display:inline-block;width:13px;height:18px;font:11px/18px sans-serif;text-align:center;
 border:0;padding:0;margin:0;font-style:normal}
-button.s{cursor:pointer;outline-offset:1px;font-weight:700}
+.strip button{cursor:pointer;outline-offset:1px;font-weight:700}
 .tip{display:none;position:absolute;z-index:5;left:0;top:100%;width:26rem;max-width:70vw;background:#fff;color:var(--fg);
 border:1px solid #7a0b0b;padding:.3rem .5rem;white-space:pre-wrap;font-size:12px;box-shadow:0 2px 6px #0003}
 .cellwrap{position:relative;display:inline-block}
@@ -77,6 +78,13 @@ SCRIPT = """
     shown.textContent=count+' of '+body.rows.length+' runs shown';
   }
   selects.forEach(function(s){s.addEventListener('change',apply);});
+  var names=(table.getAttribute('data-steps')||'').split('|');
+  var states={c:'completed',p:'pending',n:'not applicable'};
+  body.addEventListener('mouseover',function(e){
+    var cell=e.target; if(cell.tagName!=='I'||cell.title||!cell.parentNode.classList.contains('strip')) return;
+    var index=Array.prototype.indexOf.call(cell.parentNode.querySelectorAll('i,button'),cell);
+    cell.title=names[index]+': '+(states[cell.className]||cell.className);
+  });
   Array.prototype.forEach.call(table.tHead.rows[0].cells,function(th,index){
     var button=th.querySelector('button.sort'); if(!button) return;
     button.addEventListener('click',function(){
@@ -109,26 +117,26 @@ def state_badge(overall: str) -> str:
             f"{esc(overall.replace('_', ' '))}</span>")
 
 
+STEP_CLASSES = {"completed": "c", "blocked": "b", "pending": "p", "not_applicable": "n"}
+
+
 def step_strip(job: str, cells: list[tuple[str, str, str]]) -> str:
-    """One small cell per step, in pipeline order: a glyph and a colour, the name and state in its
-    title; a blocked cell is a button whose full reason shows on focus, click or hover."""
+    """One small cell per step, in pipeline order, a glyph beside its colour. Cells are bare `<i>` (the
+    index has 300 strips; the script titles a cell with its step when pointed at); a blocked cell is a
+    button whose full reason shows on focus, click or hover."""
     parts = []
     counts: dict[str, int] = {}
     for name, state, reason in cells:
         counts[state] = counts.get(state, 0) + 1
         css = state if state in STEP_STATES else "pending"
-        label = f"{name.replace('_', ' ')}: {state.replace('_', ' ')}"
-        glyph = STEP_GLYPHS.get(css, "?")
         if state == "blocked":
+            label = f"{name.replace('_', ' ')}: blocked"
             tip = f"tip-{job}-{name}"
-            parts.append(f"<span class=\"cellwrap\"><button type=\"button\" class=\"s st-blocked\" data-step=\"{esc(name)}\" "
-                         f"data-status=\"blocked\" title=\"{esc(label)}: {esc(reason)}\" aria-label=\"{esc(label)}\" "
-                         f"aria-describedby=\"{esc(tip)}\">{glyph}</button><span class=\"tip\" role=\"tooltip\" "
-                         f"id=\"{esc(tip)}\">{esc(label)}: {esc(reason)}</span></span>")
+            parts.append(f"<span class=\"cellwrap\"><button type=\"button\" class=\"b\" aria-label=\"{esc(label)}\" "
+                         f"aria-describedby=\"{esc(tip)}\">{STEP_GLYPHS['blocked']}</button><span class=\"tip\" "
+                         f"role=\"tooltip\" id=\"{esc(tip)}\">{esc(label)}: {esc(reason)}</span></span>")
         else:
-            title = label + (f": {reason}" if state == "pending" and reason else "")
-            parts.append(f"<i class=\"s st-{css}\" data-step=\"{esc(name)}\" data-status=\"{esc(state)}\" "
-                         f"title=\"{esc(title)}\" aria-hidden=\"true\">{glyph}</i>")
+            parts.append(f"<i class=\"{STEP_CLASSES[css]}\">{STEP_GLYPHS[css]}</i>")
     summary = ", ".join(f"{count} {state.replace('_', ' ')}" for state, count in counts.items())
     return f"<div class=\"strip\"><span class=\"vh\">steps: {esc(summary)}</span>{''.join(parts)}</div>"
 

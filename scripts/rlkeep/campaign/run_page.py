@@ -150,15 +150,15 @@ def generation_html(tables: dict[str, Any]) -> str:
 
 def sections_html(parts: list[Section]) -> str:
     """rlkeep.run_report's sections: a heading, the note, the table (folded when long)."""
-    out = []
+    out, absent = [], []
     for title, headers, rows, note in parts:
-        out.append(f"<h3>{esc(title)}</h3>")
         if rows is None:
-            out.append(f"<p>Not available: {esc(note)}.</p>")
+            absent.append(f"<li><strong>{esc(title)}</strong> \u2014 Not available: {esc(note)}.</li>")
             continue
+        out.append(f"<h3>{esc(title)}</h3>")
         out.append(f"<p class=\"sub\">{esc(note)}</p>" if note else "")
         out.append(folded(title, len(rows), table("", headers, [[esc(c) for c in row] for row in rows])))
-    return "".join(out)
+    return "".join(out) + (f"<ul class=\"absent\">{''.join(absent)}</ul>" if absent else "")
 
 def files_html(view: RunView) -> str:
     """What the card leaves out: the terminal state and the run's local files."""
@@ -188,9 +188,10 @@ def chain_html(view: RunView, cache_dir: Path | None) -> str:
     drawn = chain_figure(view, timeline, cache_dir)
     if drawn:
         parts.append(f"<figure><img src=\"data:image/png;base64,{drawn[2]}\" alt=\"{esc(drawn[1])}\"></figure>")
+    parts.append("<p>Each attempt in order, its scheduler state, and whether it was stopped, dead, gone or "
+                 "unrecorded.</p>")
     parts.append(folded("Attempts", len(timeline), table(
-        "Each attempt in order, its scheduler state, and whether it was stopped, dead, gone or unrecorded",
-        ["#", "attempt", "state", "exit code", "notes"],
+        "", ["#", "attempt", "state", "exit code", "notes"],
         [[esc(row["n"] if row["n"] is not None else "unrecorded"), f"<code>{esc(row['id'])}</code>",
           esc(row["state"]), esc(row["exit_code"] if row["exit_code"] is not None else ""),
           esc("; ".join(row["notes"]))] for row in timeline])))
