@@ -34,7 +34,7 @@ class Rows(HTMLParser):
         if tag == "tr" and "data-job" in attrs and self.table == "runs":
             self.current = self.rows.setdefault(attrs["data-job"], {
                 "state": attrs["data-state"], "kind": attrs["data-kind"], "user": attrs["data-user"],
-                "cells": [], "steps": {}, "tips": {}, "text": ""})
+                "hidden": "hidden" in attrs, "cells": [], "steps": {}, "tips": {}, "text": ""})
         if self.current is not None and tag in {"i", "button"} and attrs.get("class") in CELL_STATES:
             self.current["cells"].append(CELL_STATES[attrs["class"]])
         if self.current is not None and attrs.get("role") == "tooltip":

@@ -112,16 +112,35 @@ class Rendered:
     console: list[str]  # every console message the page produced (errors, warnings, logs)
 
 
-def render(page: Path, profile: Path, *, screenshot: Path | None = None, size: str = "1600,1000") -> Rendered:
-    """The DOM after scripts ran, and the console messages, from one headless Chromium run."""
+def render(page: Path, profile: Path, *, screenshot: Path | None = None, size: str = "1600,1000",
+           fragment: str = "") -> Rendered:
+    """The DOM after scripts ran, and the console messages, from one headless Chromium run
+    (`fragment`: the URL's #part, as a link to a filtered index carries it)."""
     binary = chromium_path()
     assert binary, "chromium is not installed (apt-get install chromium chromium-driver; .ci/run does)"
-    action = [f"--screenshot={screenshot}", f"--window-size={size}"] if screenshot else ["--dump-dom"]
+    action = [f"--screenshot={screenshot}" if screenshot else "--dump-dom", f"--window-size={size}"]
     result = subprocess.run([binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--enable-logging=stderr",
-                             "--v=0", *action, page.resolve().as_uri()], capture_output=True, text=True, timeout=120)
+                             "--v=0", *action, page.resolve().as_uri() + fragment], capture_output=True, text=True,
+                            timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     console = [line for line in result.stderr.splitlines() if ":CONSOLE" in line]
     return Rendered(dom=result.stdout, console=console)
+
+
+def measured(page: Path, profile: Path, expression: str, size: str = "1400,1000") -> dict:
+    """A copy of `page` that, once loaded, writes the JSON of `expression` (JavaScript) into the DOM,
+    opened in Chromium at `size`: what the browser laid out, read back."""
+    probe = page.with_name(f"{page.stem}.probe.html")
+    script = (f"<script>addEventListener('load',function(){{var p=document.createElement('pre');p.id='probe';"
+              f"p.textContent=JSON.stringify({expression});document.body.appendChild(p);}});</script>")
+    probe.write_text(page.read_text().replace("</body>", script + "</body>"))
+    try:
+        dom = render(probe, profile, size=size).dom
+    finally:
+        probe.unlink()
+    found = re.search(r'<pre id="probe">([^<]*)</pre>', dom)
+    assert found, "the probe script did not run"
+    return json.loads(found[1].replace("&quot;", '"').replace("&amp;", "&"))
 
 
 HREF = re.compile(r"""\b(?:href|src)="([^"]*)\"""")
@@ -152,11 +171,10 @@ MIX = ("done", "done", "blocked", "in_progress", "not_started")
 
 def kind_record(job: str, kind: str, user: str) -> dict:
     """A valid record of `kind`: only the sections that kind takes (rlkeep.kinds)."""
-    data = record(job, user=user, kind=kind, base_model=f"org/base-{len(job) % 3 + 7}b",
+    data = record(job, user=user, kind=kind, base_model=f"org/base-{sum(map(ord, job)) % 4 * 8 + 7}b",
                   chain=[f"/{user}/{job}", f"/{user}/{job}-r1"])
     if kind != "rl":
         data.pop("checkpoint")
-        data.pop("base_model")
         data["publish"] = {"traces": f"demo/{job}-traces", "private": True} if kind == "datagen" else None
         if data["publish"] is None:
             data.pop("publish")
@@ -179,7 +197,7 @@ def reward_rows(job: str, seed: int, steps: int) -> str:
 def campaign_run(data_root: Path, index: int) -> tuple[str, str, str]:
     """Run number `index` of a campaign: (job, kind, intended state)."""
     kind, user, state = KINDS[index % 4], USERS[index % 6], MIX[(index // 4) % 5]
-    job = f"{kind}-{index:03d}"
+    job = f"run-{index:03d}-{kind}"  # record order mixes the kinds and the states
     write_record(data_root, kind_record(job, kind, user))
     if state == "not_started":
         return job, kind, state

@@ -77,7 +77,17 @@ SCRIPT = """
       function(el){el.style.display=visible[el.getAttribute('data-job')]?'':'none';});
     shown.textContent=count+' of '+body.rows.length+' runs shown';
   }
-  selects.forEach(function(s){s.addEventListener('change',apply);});
+  // the filters live in the address too (#state=blocked&kind=rl), so a filtered view can be shared
+  location.hash.slice(1).split('&').forEach(function(pair){
+    var kv=pair.split('='), s=document.getElementById(decodeURIComponent(kv[0])+'-filter');
+    if(s&&kv.length===2) s.value=decodeURIComponent(kv[1]);
+  });
+  selects.forEach(function(s){s.addEventListener('change',function(){
+    apply();
+    var parts=selects.filter(function(x){return x.value;}).map(function(x){
+      return x.getAttribute('data-filter')+'='+encodeURIComponent(x.value);});
+    history.replaceState(null,'',parts.length?'#'+parts.join('&'):location.pathname);
+  });});
   var names=(table.getAttribute('data-steps')||'').split('|');
   var states={c:'completed',p:'pending',n:'not applicable'};
   body.addEventListener('mouseover',function(e){
