@@ -100,7 +100,7 @@ def measure(index: Path, rounds: int, work: Path) -> dict:
 def shots(index: Path, run_page: Path, out_dir: Path, work: Path) -> list[str]:
     out_dir.mkdir(parents=True, exist_ok=True)
     made = []
-    for page, name, height in ((index, "campaign.png", 1800), (run_page, "campaign-run.png", 1500)):
+    for page, name, height in ((index, "campaign.png", 2100), (run_page, "campaign-run.png", 1500)):
         chromium(page, work / f"profile-{name}", f"--screenshot={out_dir / name}", f"--window-size=1400,{height}")
         made.append(str(out_dir / name))
     return made

@@ -165,7 +165,7 @@ def resolve(page: Path, link: str) -> Path:
 
 KINDS = ("rl", "sft", "datagen", "eval")
 USERS = ("ana", "bo", "chen", "dara", "eli", "femi")
-# the mix of a campaign: each kind in every state (index % 5 picks the state)
+# the mix of a campaign: each kind in every state
 MIX = ("done", "done", "blocked", "in_progress", "not_started")
 
 
@@ -196,7 +196,7 @@ def reward_rows(job: str, seed: int, steps: int) -> str:
 
 def campaign_run(data_root: Path, index: int) -> tuple[str, str, str]:
     """Run number `index` of a campaign: (job, kind, intended state)."""
-    kind, user, state = KINDS[index % 4], USERS[index % 6], MIX[(index // 4) % 5]
+    kind, user, state = KINDS[index % 4], USERS[index % 6], MIX[index % 5]  # 4 and 5: all 20 pairs in 20 runs
     job = f"run-{index:03d}-{kind}"  # record order mixes the kinds and the states
     write_record(data_root, kind_record(job, kind, user))
     if state == "not_started":

@@ -55,7 +55,8 @@ def thin(xs: list[float], ys: list[float], points: int = CURVE_POINTS) -> list[l
 
 def rewards(rows: list[dict[str, Any]], selected_step: Any) -> dict[str, Any]:
     """The reward metric, best and final (step, value), the value at the selected step, and the curve."""
-    metric, steps, values = reward_series(rows)
+    metric, logged, values = reward_series(rows)
+    steps = [int(step) if float(step).is_integer() else step for step in logged]
     if not steps:
         return {"metric": None, "best": None, "final": None, "at_selected": None, "raw": [], "smooth": []}
     best = max(range(len(values)), key=lambda i: values[i])

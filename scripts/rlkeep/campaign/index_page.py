@@ -140,10 +140,9 @@ def checkpoints_html(digests: list[dict[str, Any]]) -> str:
             f"<tr data-job=\"{esc(digest['job'])}\"><th scope=\"row\">{swatch}<a href=\"{esc(quote(digest['job']))}.html\">"
             f"{esc(digest['job'])}</a></th><td>{esc(digest['kind'])}</td><td class=\"step\">{esc(selected['step'])}</td>"
             f"<td>{esc(selected.get('rule') or '')}</td><td>{number_text(rewards['at_selected'])}</td>"
-            f"<td>{number_text(rewards['best'][1]) if rewards['best'] else ''}</td>"
-            f"<td>{esc(rewards['metric'] or '')}</td></tr>")
+            f"<td>{number_text(rewards['best'][1]) if rewards['best'] else ''}</td></tr>")
     head = "".join(f"<th scope=\"col\">{h}</th>" for h in
-                   ("run", "kind", "selected step", "rule", "reward there", "best reward", "metric"))
+                   ("run", "kind", "selected step", "rule", "reward there", "best reward"))
     return (f"<p>{len(rows)} runs have a selected step (checkpoint/selected.json); the diamond is its mark "
             "in the plot.</p><div class=\"scroll\" tabindex=\"0\" role=\"region\" aria-label=\"selected checkpoints, "
             f"scrollable\"><table id=\"checkpoints\"><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody>"

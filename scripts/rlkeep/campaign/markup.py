@@ -35,7 +35,7 @@ a{color:#0645ad}footer{margin-top:2rem;color:var(--muted);font-size:12px}
 #runs{width:100%;table-layout:fixed;font-size:13px}#runs td,#runs th{overflow-wrap:anywhere}
 .strip{display:flex;flex-wrap:wrap;gap:1px}
 .scroll{max-height:17rem;overflow:auto;border:1px solid var(--line)}.scroll table{margin:0;font-size:13px;width:100%}
-.scroll thead th{position:sticky;top:0}
+.scroll thead th{position:sticky;top:0}.scroll tbody th{white-space:nowrap}
 .strip i,.strip button{display:inline-block;width:13px;height:18px;font:11px/18px sans-serif;text-align:center;
 border:0;padding:0;margin:0;font-style:normal}
 .strip button{cursor:pointer;outline-offset:1px;font-weight:700}
@@ -55,7 +55,7 @@ svg .frame{fill:none;stroke:#888}svg .grid{stroke:#e4e4e4}
 svg .run polyline{fill:none;stroke:var(--c)}svg .run .raw{stroke-width:.6;opacity:.35}svg .run .ema{stroke-width:1.6;opacity:.85}
 svg .run .sel{fill:var(--c);stroke:#fff;stroke-width:1}svg .run:hover polyline{stroke-width:3;opacity:1}
 .card{border:1px solid #999;border-radius:4px;padding:.5rem 1rem;margin:.5rem 0;max-width:72rem}
-.card dl{display:grid;grid-template-columns:11rem 1fr;gap:.2rem 1rem;margin:.3rem 0}.card dt{font-weight:600}.card dd{margin:0}
+.card h2{margin-top:.2rem}.card dl{display:grid;grid-template-columns:11rem 1fr;gap:.2rem 1rem;margin:.3rem 0}.card dt{font-weight:600}.card dd{margin:0}
 details>summary{cursor:pointer;font-weight:600;margin:.3rem 0}
 figure{margin:.5rem 0}img{max-width:100%;height:auto;border:1px solid var(--line)}
 """
