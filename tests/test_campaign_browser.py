@@ -197,6 +197,15 @@ def test_300_run_index_filters_to_blocked_and_fits_1400_px(campaign_300, tmp_pat
     layout = measured(index, tmp_path / "profile-layout",
                       "{scroll:document.documentElement.scrollWidth,client:document.documentElement.clientWidth}")
     assert layout["scroll"] <= layout["client"] <= 1400, layout
+    # a blocked cell is a button: focused (Tab or click), its full reason shows
+    tip = measured(index, tmp_path / "profile-focus",
+                   "(function(){var b=document.querySelector('#runs .strip button'),"
+                   "t=document.getElementById(b.getAttribute('aria-describedby'));"
+                   "var before=getComputedStyle(t).display;b.focus();"
+                   "return {before:before,after:getComputedStyle(t).display,text:t.textContent,"
+                   "focused:document.activeElement===b};})()")
+    assert tip["before"] == "none" and tip["after"] == "block" and tip["focused"], tip
+    assert tip["text"].startswith("sync logs: blocked: the store s3://runs/iris/run-") and "rlkeep stopped" in tip["text"]
 
 
 def test_run_page_first_screen_holds_the_summary_card(campaign_300, tmp_path: Path) -> None:

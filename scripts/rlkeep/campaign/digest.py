@@ -72,7 +72,7 @@ def _iso(seconds: float | None) -> str | None:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds)) if seconds is not None else None
 
 
-def dates(files: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+def dates(files: dict[str, Any]) -> dict[str, Any]:
     """When the run ran (the scheduler's times, where it reports them; Iris does not) and when rlkeep
     preserved it (the chain captured, DONE written)."""
     attempts = [a for a in ((files.get("chain") or {}).get("attempts") or []) if isinstance(a, dict)]
@@ -82,9 +82,8 @@ def dates(files: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
     ends = [e for e in ends if isinstance(e, (int, float))]
     ran = [_iso(min(starts) / 1000), _iso(max(ends) / 1000) if ends else None] if starts else None
     captured = files.get("chain_captured")
-    done_at = status.get("completed_at") or files.get("done_at")
     return {"ran": ran, "duration_s": (max(ends) - min(starts)) / 1000 if starts and ends else None,
-            "captured": _iso(captured) if isinstance(captured, (int, float)) else None, "done": done_at}
+            "captured": _iso(captured) if isinstance(captured, (int, float)) else None, "done": files.get("done_at")}
 
 
 def model_bytes(files: dict[str, Any]) -> int | None:
@@ -126,5 +125,5 @@ def run_digest(view: Any) -> dict[str, Any]:
         "selected": {"step": selected["step"], "rule": rule.get("kind")} if selected.get("step") is not None else None,
         "rewards": rewards(files.get("metric_rows") or [], selected.get("step")),
         "base_model": view.facts.get("base_model"), "model_bytes": model_bytes(files),
-        "dates": dates(files, status),
+        "dates": dates(files),
     }

@@ -33,11 +33,11 @@ a{color:#0645ad}footer{margin-top:2rem;color:var(--muted);font-size:12px}
 .vh{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0);white-space:nowrap}
 .legend span{display:inline-block;padding:0 .4rem;margin-right:.3rem}
 #runs{width:100%;table-layout:fixed;font-size:13px}#runs td,#runs th{overflow-wrap:anywhere}
-.strip{display:flex;flex-wrap:wrap;gap:1px}
+.strip{white-space:nowrap}
 .scroll{max-height:17rem;overflow:auto;border:1px solid var(--line)}.scroll table{margin:0;font-size:13px;width:100%}
 .scroll thead th{position:sticky;top:0}.scroll tbody th{white-space:nowrap}
 .strip i,.strip button{display:inline-block;width:13px;height:18px;font:11px/18px sans-serif;text-align:center;
-border:0;padding:0;margin:0;font-style:normal}
+border:0;padding:0;margin:0 1px 0 0;font-style:normal;vertical-align:top}
 .strip button{cursor:pointer;outline-offset:1px;font-weight:700}
 .tip{display:none;position:absolute;z-index:5;left:0;top:100%;width:26rem;max-width:70vw;background:#fff;color:var(--fg);
 border:1px solid #7a0b0b;padding:.3rem .5rem;white-space:pre-wrap;font-size:12px;box-shadow:0 2px 6px #0003}
@@ -91,8 +91,8 @@ SCRIPT = """
   var names=(table.getAttribute('data-steps')||'').split('|');
   var states={c:'completed',p:'pending',n:'not applicable'};
   body.addEventListener('mouseover',function(e){
-    var cell=e.target; if(cell.tagName!=='I'||cell.title||!cell.parentNode.classList.contains('strip')) return;
-    var index=Array.prototype.indexOf.call(cell.parentNode.querySelectorAll('i,button'),cell);
+    var cell=e.target, strip=cell.closest&&cell.closest('.strip'); if(cell.tagName!=='I'||cell.title||!strip) return;
+    var index=Array.prototype.indexOf.call(strip.querySelectorAll('i,button'),cell);
     cell.title=names[index]+': '+(states[cell.className]||cell.className);
   });
   Array.prototype.forEach.call(table.tHead.rows[0].cells,function(th,index){
@@ -134,19 +134,28 @@ def step_strip(job: str, cells: list[tuple[str, str, str]]) -> str:
     """One small cell per step, in pipeline order, a glyph beside its colour. Cells are bare `<i>` (the
     index has 300 strips; the script titles a cell with its step when pointed at); a blocked cell is a
     button whose full reason shows on focus, click or hover."""
-    parts = []
+    parts: list[str] = []
+    plain: list[str] = []  # consecutive cells a screen reader skips (the summary before them says it)
     counts: dict[str, int] = {}
+
+    def flush() -> None:
+        if plain:
+            parts.append(f"<span aria-hidden=\"true\">{''.join(plain)}</span>")
+            plain.clear()
+
     for name, state, reason in cells:
         counts[state] = counts.get(state, 0) + 1
         css = state if state in STEP_STATES else "pending"
         if state == "blocked":
+            flush()
             label = f"{name.replace('_', ' ')}: blocked"
             tip = f"tip-{job}-{name}"
             parts.append(f"<span class=\"cellwrap\"><button type=\"button\" class=\"b\" aria-label=\"{esc(label)}\" "
                          f"aria-describedby=\"{esc(tip)}\">{STEP_GLYPHS['blocked']}</button><span class=\"tip\" "
                          f"role=\"tooltip\" id=\"{esc(tip)}\">{esc(label)}: {esc(reason)}</span></span>")
         else:
-            parts.append(f"<i class=\"{STEP_CLASSES[css]}\">{STEP_GLYPHS[css]}</i>")
+            plain.append(f"<i class=\"{STEP_CLASSES[css]}\">{STEP_GLYPHS[css]}</i>")
+    flush()
     summary = ", ".join(f"{count} {state.replace('_', ' ')}" for state, count in counts.items())
     return f"<div class=\"strip\"><span class=\"vh\">steps: {esc(summary)}</span>{''.join(parts)}</div>"
 
