@@ -336,10 +336,11 @@ def test_pages_snakemake_removed_before_the_campaign_rule_come_back_without_a_re
     assert {job: inode for job, (inode, _) in page_identities(root).items()} == {
         job: inode for job, (inode, _) in first.items()}
 
-    # a changed run is rebuilt, and only its own older kept page goes
+    # a changed run is rebuilt, and only its own older kept page goes; the plot keeps the others' lines
     (root / "rl-later" / "logs").mkdir(parents=True)
-    build(root, monkeypatch)
+    index = build(root, monkeypatch).read_text()
     assert loaded == ["rl-later"]
+    assert '<g class="run" data-job="rl-done"' in index and '<tr data-job="rl-done">' in index
     kept = sorted(path.name.split(".")[0] for path in (root / "campaign" / ".pages").iterdir())
     assert kept == ["rl-done", "rl-later", "rl-stuck"]
 
