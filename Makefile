@@ -8,7 +8,7 @@ EXTRAS := test,torch,postgres,slurm
 # the suite waits on servers and subprocesses: three workers keep it short on two cores
 PYTEST_ARGS ?= -n 3
 
-.PHONY: setup test demo bench lint clean-demo harbor-env
+.PHONY: setup test demo bench lint clean-demo harbor-env campaign-shots
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ demo: setup
 
 bench: setup
 	$(VPY) tests/benchmarks/run_all.py --out bench/results
+
+# docs/campaign.png and docs/campaign-run.png: a 300-run index and a blocked run's page, 1,400 px wide
+campaign-shots: setup
+	$(VPY) tests/benchmarks/bench_campaign.py --rounds 1 --shots docs
 
 # fails on any finding: snakemake's own linter, then the Snakefile formatting
 lint: setup

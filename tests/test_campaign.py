@@ -13,30 +13,48 @@ from tests.support.campaign import (BLOCKED_REASON, blocked_run, completed_run, 
                                     write_record)
 
 
+CELL_STATES = {"c": "completed", "b": "blocked", "p": "pending", "n": "not_applicable"}
+
+
 class Rows(HTMLParser):
-    """{job: {"state": ..., "steps": {step: status}, "titles": {step: title}, "text": ...}} of #runs."""
+    """{job: {"state", "kind", "user", "steps": {step: status} (the strip's cells in pipeline order),
+    "tips": {step: the blocked cell's full text}, "text": ...}} of the rows of table#runs."""
 
     def __init__(self) -> None:
         super().__init__()
         self.rows: dict[str, dict] = {}
         self.current: dict | None = None
+        self.table: str | None = None
+        self.tip: str | None = None
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
-        if tag == "tr" and "data-job" in attrs:
-            self.current = self.rows.setdefault(attrs["data-job"], {"state": attrs["data-state"], "steps": {},
-                                                                    "titles": {}, "text": ""})
-        if tag == "td" and self.current is not None and "data-step" in attrs:
-            self.current["steps"][attrs["data-step"]] = attrs["data-status"]
-            self.current["titles"][attrs["data-step"]] = attrs["title"]
+        if tag == "table":
+            self.table = attrs.get("id")
+        if tag == "tr" and "data-job" in attrs and self.table == "runs":
+            self.current = self.rows.setdefault(attrs["data-job"], {
+                "state": attrs["data-state"], "kind": attrs["data-kind"], "user": attrs["data-user"],
+                "hidden": "hidden" in attrs, "cells": [], "steps": {}, "tips": {}, "text": ""})
+        if self.current is not None and tag in {"i", "button"} and attrs.get("class") in CELL_STATES:
+            self.current["cells"].append(CELL_STATES[attrs["class"]])
+        if self.current is not None and attrs.get("role") == "tooltip":
+            self.tip = STEPS[len(self.current["cells"]) - 1].name
+            self.current["tips"][self.tip] = ""
 
     def handle_endtag(self, tag):
-        if tag == "tr":
+        if tag == "tr" and self.current is not None:
+            self.current["steps"] = dict(zip([step.name for step in STEPS], self.current["cells"]))
             self.current = None
+        if tag == "table":
+            self.table = None
+        if tag == "span":
+            self.tip = None
 
     def handle_data(self, data):
         if self.current is not None:
             self.current["text"] += data
+            if self.tip:
+                self.current["tips"][self.tip] += data
 
 
 def parse_rows(text: str) -> dict[str, dict]:
@@ -77,7 +95,7 @@ def test_one_row_per_record_with_each_steps_state(root: Path, monkeypatch: pytes
 def test_blocked_reason_is_in_the_title_and_the_text_escaped(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     text = build(root, monkeypatch).read_text()
     rows = parse_rows(text)
-    assert BLOCKED_REASON in rows["rl-stuck"]["titles"]["sync_logs"]  # the parser unescapes attributes
+    assert rows["rl-stuck"]["tips"] == {"sync_logs": f"sync logs: blocked: {BLOCKED_REASON}"}
     assert BLOCKED_REASON in rows["rl-stuck"]["text"]
     assert "<script>alert(1)</script>" not in text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
@@ -154,7 +172,7 @@ def test_every_page_is_self_contained(root: Path, monkeypatch: pytest.MonkeyPatc
     for html_page in index.parent.glob("*.html"):
         text = html_page.read_text()
         assert "<script src" not in text and "<link" not in text and "@import" not in text and "url(" not in text
-        assert 'scope="col"' in text and "<caption>" in text
+        assert 'scope="col"' in text and "<h1>" in text and "<h2" in text  # real headers and headings
         assert "rlkeep revision" in text and "<footer>" in text
 
 
@@ -204,7 +222,8 @@ def test_run_page_draws_the_chain_and_keeps_its_table(root: Path, monkeypatch: p
     import re
 
     text = (build(root, monkeypatch).parent / "rl-done.html").read_text()
-    chain = text[text.index("<h2>Chain</h2>"):text.index("<h2>Metrics</h2>")]
+    start = text.index("<h2>Chain</h2>")
+    chain = text[start:text.index("<h2>", start + 1)]
     figure = re.search(r'<img src="data:image/png;base64,([^"]+)" alt="([^"]+)">', chain)
     assert figure is not None and base64.b64decode(figure[1]).startswith(b"\x89PNG")
     rows = attempt_timeline(load_run(root, root / "records" / "rl-done.yaml"))
@@ -317,10 +336,11 @@ def test_pages_snakemake_removed_before_the_campaign_rule_come_back_without_a_re
     assert {job: inode for job, (inode, _) in page_identities(root).items()} == {
         job: inode for job, (inode, _) in first.items()}
 
-    # a changed run is rebuilt, and only its own older kept page goes
+    # a changed run is rebuilt, and only its own older kept page goes; the plot keeps the others' lines
     (root / "rl-later" / "logs").mkdir(parents=True)
-    build(root, monkeypatch)
+    index = build(root, monkeypatch).read_text()
     assert loaded == ["rl-later"]
+    assert '<g class="run" data-job="rl-done"' in index and '<tr data-job="rl-done">' in index
     kept = sorted(path.name.split(".")[0] for path in (root / "campaign" / ".pages").iterdir())
     assert kept == ["rl-done", "rl-later", "rl-stuck"]
 

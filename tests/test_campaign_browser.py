@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from rlkeep.campaign import index_entry, index_from_entries, load_campaign, run_html
 from rlkeep.pipeline import STEPS
 from tests.conftest import run_snakemake, seed_example
-from tests.support.campaign import (BLOCKED_REASON, blocked_run, chromium_path, completed_run, local_links,
-                                    not_started, render, resolve)
+from tests.support.campaign import (BLOCKED_REASON, blocked_run, campaign_root, chromium_path, completed_run,
+                                    local_links, measured, not_started, render, resolve)
 from tests.test_campaign import parse_rows
 
 pytestmark = pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed (.ci/run installs it)")
@@ -153,3 +154,72 @@ def test_pipeline_reports_vllm_utilisation_and_batch_errors(data_root: Path, buc
         seconds = list(csv.DictReader(handle))
     assert seconds and all(int(row["engines"]) >= 1 and float(row["generation_tokens_per_s"]) > 0 for row in seconds)
     assert (metrics / "vllm.png").read_bytes().startswith(b"\x89PNG")
+
+
+# --------------------------------------------------------------------------- a campaign of 300 runs (issue 31)
+
+
+@pytest.fixture(scope="module")
+def campaign_300(tmp_path_factory: pytest.TempPathFactory):
+    """300 records, every kind in every state, and their index made by the functions the writer calls."""
+    root = tmp_path_factory.mktemp("campaign300")
+    made = campaign_root(root, 300)
+    views = load_campaign(root, Path("records"))
+    index = root / "campaign" / "index.html"
+    index.parent.mkdir()
+    index.write_text(index_from_entries([index_entry(view) for view in views], generated_at="t", revision="r"))
+    return root, made, views, index
+
+
+def test_300_run_index_filters_to_blocked_and_fits_1400_px(campaign_300, tmp_path: Path) -> None:
+    import re
+
+    root, made, views, index = campaign_300
+    blocked = {job for job, (_, state) in made.items() if state == "blocked"}
+    assert len(blocked) == 60 and {made[job][0] for job in blocked} == {"rl", "sft", "datagen", "eval"}
+    assert index.stat().st_size < 2_000_000
+    rendered = render(index, tmp_path / "profile-filtered", fragment="#state=blocked")
+    assert rendered.console == [], rendered.console
+    rows = parse_rows(rendered.dom)
+    assert len(rows) == 300 and {job for job, row in rows.items() if not row["hidden"]} == blocked
+    assert "60 of 300 runs shown" in rendered.dom
+    banner = rendered.dom[rendered.dom.index('id="banner"'):]
+    banner = banner[:banner.index("</section>")]
+    assert set(re.findall(r'<li data-job="([^"]+)">', banner)) == blocked and "60 runs need an operator" in banner
+    overlay = rendered.dom[rendered.dom.index('<svg id="overlay"'):rendered.dom.index("</svg>")]
+    lines = re.findall(r'<g class="run" data-job="([^"]+)"( style="[^"]*display: none[^"]*")?', overlay)
+    assert len(lines) == sum(1 for _, (kind, state) in made.items()
+                             if kind in {"rl", "sft"} and state in {"done", "in_progress"})
+    assert all(hidden for job, hidden in lines)  # no blocked run has logged a reward: every line is filtered away
+    kind_rows = parse_rows(render(index, tmp_path / "profile-kind", fragment="#kind=eval&state=done").dom)
+    assert {job for job, row in kind_rows.items() if not row["hidden"]} == {
+        job for job, (kind, state) in made.items() if kind == "eval" and state == "done"}
+    layout = measured(index, tmp_path / "profile-layout",
+                      "{scroll:document.documentElement.scrollWidth,client:document.documentElement.clientWidth}")
+    assert layout["scroll"] <= layout["client"] <= 1400, layout
+    # a blocked cell is a button: focused (Tab or click), its full reason shows
+    tip = measured(index, tmp_path / "profile-focus",
+                   "(function(){var b=document.querySelector('#runs .strip button'),"
+                   "t=document.getElementById(b.getAttribute('aria-describedby'));"
+                   "var before=getComputedStyle(t).display;b.focus();"
+                   "return {before:before,after:getComputedStyle(t).display,text:t.textContent,"
+                   "focused:document.activeElement===b};})()")
+    assert tip["before"] == "none" and tip["after"] == "block" and tip["focused"], tip
+    assert tip["text"].startswith("sync logs: blocked: the store s3://runs/iris/run-") and "rlkeep stopped" in tip["text"]
+
+
+def test_run_page_first_screen_holds_the_summary_card(campaign_300, tmp_path: Path) -> None:
+    root, made, views, _ = campaign_300
+    view = next(v for v in views if made[v.job] == ("rl", "done") and int(v.job.split("-")[1]) % 3)  # with times
+    page = root / "campaign" / f"{view.job}.html"
+    page.write_text(run_html(view, root / view.job, generated_at="t", revision="r"))
+    rendered = render(page, tmp_path / "profile-run")
+    assert rendered.console == []
+    card = rendered.dom[rendered.dom.index('<section class="card" id="summary"'):]
+    card = card[:card.index("</section>")]
+    selected = json.loads((root / view.job / "checkpoint" / "selected.json").read_text())["step"]
+    for fact in (f"Selected step <strong>{selected}</strong>", "best <strong>", "final <strong>",
+                 "<dt>base model</dt><dd>org/base-", "ran 20", "preserved (DONE) 2026-11-"):
+        assert fact in card, fact
+    box = measured(page, tmp_path / "profile-box", "document.getElementById('summary').getBoundingClientRect()")
+    assert 0 < box["top"] and box["bottom"] <= 1000, box  # inside the first screen at 1,400 x 1,000

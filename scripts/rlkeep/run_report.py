@@ -327,6 +327,23 @@ def _series(rows: Sequence[Mapping[str, Any]], metric: str) -> tuple[list[float]
     return [p[0] for p in points], [p[1] for p in points]
 
 
+REWARD_METRICS = ("reward/avg_raw_reward", "reward/mean_positive_reward")  # the first one logged is plotted
+
+
+def reward_series(rows: Sequence[Mapping[str, Any]]) -> tuple[str | None, list[float], list[float]]:
+    """(the reward metric, its steps, its values): what the reward plots draw, raw."""
+    for metric in REWARD_METRICS:
+        steps, values = _series(rows, metric)
+        if steps:
+            return metric, steps, values
+    return None, [], []
+
+
+def smoothed(values: Sequence[float]) -> list[float]:
+    """The EMA the reward plots draw beside the raw values."""
+    return _ema(values)
+
+
 def _ema(values: Sequence[float], alpha: float = 1 / 3) -> list[float]:
     out: list[float] = []
     for value in values:
@@ -413,8 +430,7 @@ def panels(rows: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, Any]
     checkpoints and the selected one; entropy and grad norm; |log ratio| mean/p99/max; failed
     trajectories per step; the trials' turn-count distribution."""
     render = render_panel
-    reward_metric = next((m for m in ("reward/avg_raw_reward", "reward/mean_positive_reward")
-                          if _series(rows, m)[0]), None)
+    reward_metric = reward_series(rows)[0]
 
     def reward(axes) -> bool:
         steps, values = _series(rows, reward_metric) if reward_metric else ([], [])

@@ -4,25 +4,31 @@ Pure builders (job folders -> data -> HTML strings) and one thin writer. Everyth
 local files (the records and the job folders, through rlkeep.report.build_status), nothing from the
 network, so the pages are cheap to rebuild after every invocation. The pages are self-contained:
 inline CSS, an optional inline script (sorting and filtering; the tables read the same without it),
-figures as PNG data URIs.
+the run figures as PNG data URIs and the campaign's overlay plot as inline SVG.
 
-The parts, one job each: `views` (what is read for each record, no HTML), `markup` (the HTML both
-pages share; every value goes through `esc`), `index_page`, `run_page`, `writer`. The names below
+The parts, one job each: `views` (what is read for each record, no HTML), `digest` (what the index
+compares across runs, and the one function that gives a run's state and step cells), `markup` (the
+HTML both pages share; every value goes through `esc`), `plots` (the overlay SVG), `index_page`,
+`summary` (the run page's card), `run_page`, `writer`. The names below
 are the package's public surface (`from rlkeep.campaign import ...`).
 """
-from rlkeep.campaign.index_page import index_html, run_row
+from rlkeep.campaign.digest import rule_as_written, run_digest, run_state
+from rlkeep.campaign.index_page import index_entry, index_from_entries, index_html, run_row
 from rlkeep.campaign.markup import (
     CSS,
     SCRIPT,
     STEP_STATES,
     blocked_command,
     esc,
+    folded,
     human_bytes,
     links_html,
     page,
-    step_cell,
+    state_badge,
+    step_strip,
     table,
 )
+from rlkeep.campaign.plots import overlay_svg
 from rlkeep.campaign.run_page import (
     FIGURE_ALT,
     archive_summary,
@@ -34,6 +40,7 @@ from rlkeep.campaign.run_page import (
     metric_panels,
     run_html,
 )
+from rlkeep.campaign.summary import summary_card
 from rlkeep.campaign.views import (
     DEFAULT_HUB,
     RunView,
@@ -48,7 +55,9 @@ from rlkeep.campaign.writer import write_campaign
 
 __all__ = [
     "CSS", "DEFAULT_HUB", "FIGURE_ALT", "SCRIPT", "STEP_STATES", "RunView", "archive_summary", "attempt_timeline",
-    "blocked_command", "cached_pngs", "chain_figure", "destination_links", "esc", "figure_html", "generation_html",
-    "hub_url", "human_bytes", "index_html", "links_html", "load_campaign", "load_run", "metric_panels",
-    "overall_state", "page", "run_html", "run_row", "step_cell", "storage_bytes", "table", "write_campaign",
+    "blocked_command", "cached_pngs", "chain_figure", "destination_links", "esc", "figure_html", "folded",
+    "generation_html", "hub_url", "human_bytes", "index_entry", "index_from_entries", "index_html", "links_html",
+    "load_campaign", "load_run", "metric_panels", "overall_state", "overlay_svg", "page", "rule_as_written",
+    "run_digest", "run_html", "run_row", "run_state", "state_badge", "step_strip", "storage_bytes", "summary_card",
+    "table", "write_campaign",
 ]

@@ -1,5 +1,6 @@
-"""A run's page, `campaign/<job>.html`: its facts, steps, chain (drawn and as a table), metric
-plots and analysis, generation statistics, checkpoint choice, artifacts, verification and archive.
+"""A run's page, `campaign/<job>.html`, most important first: the summary card (rlkeep.campaign.summary),
+the steps, the metric plots and analysis, the checkpoint candidates, the chain (drawn and as a table),
+generation statistics, artifacts, verification, archive and the run's files; long tables folded.
 Plots are cached under campaign/.plots by a digest of what they show, so a rebuild after every
 invocation redraws only the runs that changed.
 """
@@ -14,11 +15,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from rlkeep.campaign.markup import STEP_STATES, blocked_command, esc, human_bytes, links_html, page, table
-from rlkeep.campaign.views import RunView, destination_links, storage_bytes
+from rlkeep.campaign.digest import run_state
+from rlkeep.campaign.markup import STEP_STATES, esc, folded, page, state_badge, step_strip, table
+from rlkeep.campaign.summary import summary_card
+from rlkeep.campaign.views import RunView
 from rlkeep.chain_figure import timeline_panel
 from rlkeep.jsonio import read_json, write_json
-from rlkeep.run_report import batch_error_sections, html_sections, panels, render_html, vllm_sections
+from rlkeep.run_report import Section, batch_error_sections, panels, sections, vllm_sections
 
 
 def attempt_timeline(view: RunView) -> list[dict[str, Any]]:
@@ -85,8 +88,7 @@ def figure_html(job_dir: Path, relative: str) -> str:
     data = base64.b64encode(path.read_bytes()).decode("ascii")
     alt = FIGURE_ALT.get(path.name, "a metric plot of the run")
     alt = f"{relative}: {alt}"
-    return (f"<figure><img src=\"data:image/png;base64,{data}\" alt=\"{esc(alt)}\">"
-            f"<figcaption>{esc(relative)}</figcaption></figure>")
+    return f"<figure><img src=\"data:image/png;base64,{data}\" alt=\"{esc(alt)}\"></figure>"
 
 
 def cached_pngs(cache_dir: Path | None, job: str, inputs: Any,
@@ -143,39 +145,41 @@ def generation_html(tables: dict[str, Any]) -> str:
         return ("<h3>vLLM utilisation and batch errors</h3><p>Not available: generation_stats has not run "
                 "(metrics/vllm.csv and metrics/batch_errors.csv are absent).</p>")
     columns = list(errors[0].keys()) if errors else []
-    return render_html(vllm_sections(vllm or []) + batch_error_sections(columns, errors or []))
+    return sections_html(vllm_sections(vllm or []) + batch_error_sections(columns, errors or []))
 
-def facts_html(view: RunView, endpoint: str | None) -> str:
-    """The run's facts: kind, state, destinations, storage, local files, and what continues it."""
+
+def sections_html(parts: list[Section]) -> str:
+    """rlkeep.run_report's sections: a heading, the note, the table (folded when long)."""
+    out, absent = [], []
+    for title, headers, rows, note in parts:
+        if rows is None:
+            absent.append(f"<li><strong>{esc(title)}</strong> \u2014 Not available: {esc(note)}.</li>")
+            continue
+        out.append(f"<h3>{esc(title)}</h3>")
+        out.append(f"<p class=\"sub\">{esc(note)}</p>" if note else "")
+        out.append(folded(title, len(rows), table("", headers, [[esc(c) for c in row] for row in rows])))
+    return "".join(out) + (f"<ul class=\"absent\">{''.join(absent)}</ul>" if absent else "")
+
+def files_html(view: RunView) -> str:
+    """What the card leaves out: the terminal state and the run's local files."""
     status = view.status
-    storage = storage_bytes(view)
     facts = [
-        ["kind", esc(status.get("kind", "rl"))],
-        ["state", f"<span class=\"ov-{esc(view.overall)}\">{esc(view.overall.replace('_', ' '))}</span>"],
         ["terminal state", esc(status.get("terminal_state", "unknown"))],
-        ["destinations", links_html(destination_links(status, endpoint))],
-        ["preserved / reclaimed / still reclaimable",
-         " / ".join(esc(human_bytes(storage[k])) for k in ("preserved", "reclaimed", "reclaimable"))],
         ["local files", ", ".join(f"<a href=\"../{esc(quote(view.job))}/{esc(quote(rel))}\">{esc(rel)}</a>"
                                   for rel in view.files.get("local", [])) or "none yet"],
     ]
-    if view.record_error:
-        facts.append(["record error", esc(view.record_error)])
-    command = blocked_command(status)
-    if command:
-        facts.append(["continue with", f"<code class=\"continue\">{esc(command)}</code>"])
-    return table("The run", ["fact", "value"], facts)
+    return "<h2>Files</h2>" + table("", ["fact", "value"], facts)
 
 
-def steps_html(status: dict[str, Any]) -> str:
+def steps_html(view: RunView) -> str:
+    overall, cells = run_state(view.status, view.started, view.record_error)
     step_rows = []
-    for name, info in (status.get("steps") or {}).items():
-        state = info.get("status", "pending")
-        reason = (info.get("reason") or info.get("remaining") or "").strip()
+    for name, state, reason in cells:
         step_rows.append([esc(name), f"<span class=\"st-{esc(state if state in STEP_STATES else 'pending')}\">"
                           f"{esc(state.replace('_', ' '))}</span>", f"<span class=\"reason\">{esc(reason)}</span>"])
-    return "<h2>Steps</h2>" + table("Every step, its state and its reason (or what remains)",
-                                    ["step", "state", "reason"], step_rows)
+    return (f"<h2>Steps</h2>{step_strip(view.job, cells)}"
+            + folded("Every step, its state and its reason or what remains", len(step_rows),
+                     table("", ["step", "state", "reason or what remains"], step_rows)))
 
 
 def chain_html(view: RunView, cache_dir: Path | None) -> str:
@@ -183,13 +187,14 @@ def chain_html(view: RunView, cache_dir: Path | None) -> str:
     parts = ["<h2>Chain</h2>"]
     drawn = chain_figure(view, timeline, cache_dir)
     if drawn:
-        parts.append(f"<figure><img src=\"data:image/png;base64,{drawn[2]}\" alt=\"{esc(drawn[1])}\">"
-                     f"<figcaption>{esc(drawn[0])}</figcaption></figure>")
-    parts.append(table("The chain as a timeline: each attempt in order, its scheduler state, and whether it "
-                       "was stopped, dead, gone or unrecorded", ["#", "attempt", "state", "exit code", "notes"],
-                       [[esc(row["n"] if row["n"] is not None else "unrecorded"), f"<code>{esc(row['id'])}</code>",
-                         esc(row["state"]), esc(row["exit_code"] if row["exit_code"] is not None else ""),
-                         esc("; ".join(row["notes"]))] for row in timeline]))
+        parts.append(f"<figure><img src=\"data:image/png;base64,{drawn[2]}\" alt=\"{esc(drawn[1])}\"></figure>")
+    parts.append("<p>Each attempt in order, its scheduler state, and whether it was stopped, dead, gone or "
+                 "unrecorded.</p>")
+    parts.append(folded("Attempts", len(timeline), table(
+        "", ["#", "attempt", "state", "exit code", "notes"],
+        [[esc(row["n"] if row["n"] is not None else "unrecorded"), f"<code>{esc(row['id'])}</code>",
+          esc(row["state"]), esc(row["exit_code"] if row["exit_code"] is not None else ""),
+          esc("; ".join(row["notes"]))] for row in timeline])))
     return "".join(parts)
 
 
@@ -198,8 +203,8 @@ def metrics_html(view: RunView, job_dir: Path, cache_dir: Path | None) -> str:
     parts = ["<h2>Metrics</h2>"]
     plots = metric_panels(view, cache_dir)
     if plots:
-        parts += [f"<figure><img src=\"data:image/png;base64,{data}\" alt=\"{esc(alt)}\">"
-                  f"<figcaption>{esc(title)}</figcaption></figure>" for title, alt, data in plots]
+        parts += [f"<figure><img src=\"data:image/png;base64,{data}\" alt=\"{esc(alt)}\"></figure>"
+                  for _, alt, data in plots]
     else:
         parts.append("<p>No metric plots yet (metric_surface has not run).</p>")
     figures = view.files.get("figures") or []
@@ -208,21 +213,18 @@ def metrics_html(view: RunView, job_dir: Path, cache_dir: Path | None) -> str:
                      + "".join(figure_html(job_dir, rel) for rel in figures) + "</details>")
 
     parts += [f"<p class=\"reason\">Not read: {esc(error)}</p>" for error in view.files.get("table_errors") or []]
-    parts.append(html_sections(view.files.get("metric_rows") or [], view.files.get("trial_rows")))
+    parts.append(sections_html(sections(view.files.get("metric_rows") or [], view.files.get("trial_rows"))))
     parts.append(generation_html(view.files.get("generation") or {}))
     return "".join(parts)
 
 
 def checkpoint_html(view: RunView) -> str:
-    """The selected checkpoint with its rationale, and every candidate the store holds."""
-    parts = ["<h2>Checkpoint</h2>"]
+    """Every candidate the store holds and which one was selected (the card gives the why)."""
+    parts = ["<h2>Checkpoint candidates</h2>"]
     candidates = (view.files.get("candidates") or {}).get("candidates") or []
     selected = view.files.get("selected") or {}
-    if selected:
-        parts.append(f"<p>Selected step <strong>{esc(selected.get('step'))}</strong> by rule "
-                     f"<code>{esc(selected.get('rule'))}</code>: {esc(selected.get('rationale'))}</p>")
-    else:
-        parts.append("<p>No checkpoint selected yet.</p>")
+    if not candidates:
+        parts.append("<p>None listed yet.</p>")
     if candidates:
         rows = []
         for candidate in candidates:
@@ -233,8 +235,8 @@ def checkpoint_html(view: RunView) -> str:
                          "complete" if candidate.get("complete", True) else "incomplete",
                          esc(", ".join(candidate.get("sources") or [])),
                          esc("; ".join(candidate.get("reasons") or []))])
-        parts.append(table("Checkpoint candidates: every save the store holds, which one was selected and why",
-                           ["step", "selection", "save", "sources", "why"], rows))
+        parts.append(folded("Candidates", len(rows), table(
+            "", ["step", "selection", "save", "sources", "why"], rows)))
     return "".join(parts)
 
 
@@ -245,9 +247,10 @@ def published_html(view: RunView) -> str:
     artifacts = status.get("artifacts") or {}
     if artifacts:
         reasons = status.get("artifact_reasons") or {}
-        parts.append("<h2>Artifacts</h2>" + table(
-            f"Model artifacts ({status.get('artifacts_scope', '')})", ["artifact", "state", "reason"],
-            [[esc(name), esc(state), esc(reasons.get(name, ""))] for name, state in artifacts.items()]))
+        parts.append("<h2>Artifacts</h2>" + folded("Model artifacts", len(artifacts), table(
+            f"Scope: {status.get('artifacts_scope', '')}" if status.get("artifacts_scope") else "",
+            ["artifact", "state", "reason"],
+            [[esc(name), esc(state), esc(reasons.get(name, ""))] for name, state in artifacts.items()])))
 
     verification = status.get("verification") or {}
     verify_files = view.files.get("verify") or {}
@@ -258,8 +261,7 @@ def published_html(view: RunView) -> str:
         commit = evidence.get("commit") or ""
         rows.append([esc(name), esc(state), esc(where), f"<code>{esc(commit)}</code>" if commit else ""])
     if rows:
-        parts.append("<h2>Verification</h2>" + table("What was verified where", ["check", "state", "where", "commit"],
-                                                     rows))
+        parts.append("<h2>Verification</h2>" + table("", ["check", "state", "where", "commit"], rows))
     return "".join(parts)
 
 
@@ -267,7 +269,7 @@ def archive_html(view: RunView) -> str:
     summary = archive_summary(view.files.get("archive_manifest"))
     if not summary:
         return "<h2>Archive</h2><p>No archive MANIFEST yet.</p>"
-    return "<h2>Archive</h2>" + table("Archive MANIFEST summary", ["field", "value"], [
+    return "<h2>Archive</h2>" + table("The MANIFEST's summary", ["field", "value"], [
         ["summary line", f"<code>{esc(summary['summary'])}</code>"], ["entries", esc(summary["entries"])],
         ["kept", esc(summary["kept"])], ["skipped", esc(summary["skipped"])]])
 
@@ -275,13 +277,14 @@ def archive_html(view: RunView) -> str:
 def run_html(view: RunView, job_dir: Path, *, generated_at: str, revision: str, endpoint: str | None = None,
              cache_dir: Path | None = None) -> str:
     parts = [
-        f"<p><a href=\"index.html\">All runs</a></p><h1>{esc(view.job)}</h1>",
-        facts_html(view, endpoint),
-        steps_html(view.status),
-        chain_html(view, cache_dir),
+        f"<p><a href=\"index.html\">All runs</a></p><h1>{esc(view.job)} {state_badge(view.overall)}</h1>",
+        summary_card(view, endpoint),
+        steps_html(view),
         metrics_html(view, job_dir, cache_dir),
         checkpoint_html(view),
+        chain_html(view, cache_dir),
         published_html(view),
         archive_html(view),
+        files_html(view),
     ]
     return page(f"rlkeep run {view.job}", "".join(parts), generated_at=generated_at, revision=revision)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from rlkeep.campaign.digest import run_state
 from rlkeep.errors import RlkeepError
 from rlkeep.generation_stats import read_tables
 from rlkeep.jsonio import read_json
@@ -32,6 +33,7 @@ class RunView:
     started: bool
     record_error: str | None = None
     files: dict[str, Any] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)  # from the record: user, base_model, text as written
 
 
 def _json_or_none(path: Path) -> Any:
@@ -44,14 +46,7 @@ def _json_or_none(path: Path) -> Any:
 
 
 def overall_state(status: dict[str, Any], started: bool) -> str:
-    if status.get("done"):
-        return "done"
-    steps = status.get("steps") or {}
-    if any(info.get("status") == "blocked" for info in steps.values()):
-        return "blocked"
-    if not started:
-        return "not_started"
-    return "in_progress"
+    return run_state(status, started)[0]
 
 
 def load_run(data_root: Path, record_file: Path, invocation: str = "snakemake --profile iris") -> RunView:
@@ -76,6 +71,9 @@ def load_run(data_root: Path, record_file: Path, invocation: str = "snakemake --
         "logs_manifest": _json_or_none(job_dir / "sync" / "logs.manifest.json"),
         "traces_manifest": _json_or_none(job_dir / "sync" / "trace_jobs.manifest.json"),
         "reclaim": _json_or_none(job_dir / "reclaim.json"),
+        "export": _json_or_none(job_dir / "export.json"),
+        "done_at": _done_at(job_dir / "DONE"),
+        "chain_captured": _mtime(job_dir / "chain.json"),
         "archive_manifest": _read_text(job_dir / "archive" / "MANIFEST"),
         "verify": {p.stem: _json_or_none(p) for p in sorted((job_dir / "verify").glob("*.json"))},
         "figures": sorted(str(p.relative_to(job_dir)) for p in (job_dir / "metrics").glob("*.png")),
@@ -86,9 +84,10 @@ def load_run(data_root: Path, record_file: Path, invocation: str = "snakemake --
     }
     files["metric_rows"], files["trial_rows"], files["table_errors"] = _tables(job_dir)
     files["generation"] = _generation_tables(job_dir, files["table_errors"])
-    view = RunView(job=job, overall="unreadable" if record_error else overall_state(status, started),
-                   status=status, started=started, record_error=record_error, files=files)
-    return view
+    facts = {"user": record.user if record else None, "base_model": record.base_model if record else None,
+             "text": _read_text(record_file, 64 << 10)}
+    return RunView(job=job, overall=run_state(status, started, record_error)[0], status=status, started=started,
+                   record_error=record_error, files=files, facts=facts)
 
 
 def _tables(job_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, list[str]]:
@@ -119,6 +118,18 @@ def _generation_tables(job_dir: Path, errors: list[str]) -> dict[str, Any]:
     except (ValueError, OSError, csv.Error) as error:
         errors.append(f"{job_dir / 'metrics'}: generation tables: {error}")
         return {"vllm": None, "batch_errors": None}
+
+
+def _done_at(path: Path) -> str | None:
+    done = _json_or_none(path)
+    return done.get("completed_at") if isinstance(done, dict) else None
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
 
 
 def _read_text(path: Path, limit: int = 1 << 20) -> str | None:

@@ -4,7 +4,8 @@ The pages are rebuilt after every invocation, and a run page costs tens of milli
 few hundred KB to build and write, so a campaign of 1,000 runs would spend half a minute rewriting
 pages of runs nothing touched. `campaign/.pages.json` remembers, per run, a fingerprint of what its
 page is made from (the record file and the job folder's listing, rlkeep.folderstate) and the run's
-index row; a run whose fingerprint is unchanged keeps its page and row. Anything
+index row and digest (what the campaign plots draw); a run whose fingerprint is unchanged keeps its
+page, row and digest. Anything
 that changes every page (rlkeep's code, the Hub endpoint, the invocation) rebuilds them all.
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlkeep.campaign.index_page import index_from_rows, run_row
+from rlkeep.campaign.index_page import index_entry, index_from_entries
 from rlkeep.campaign.run_page import run_html
 from rlkeep.campaign.views import load_run
 from rlkeep.folderstate import code_digest, job_fingerprint, refresh_lock
@@ -26,11 +27,12 @@ from rlkeep.report import rlkeep_revision
 PAGES_STATE = ".pages.json"
 PAGES_LOCK = ".pages.lock"
 KEPT_PAGES = ".pages"  # hard links to the pages, by fingerprint (_keep_page)
-PAGES_FORMAT = 2  # raise when the pages change in a way the fingerprint cannot see (2: a run's record error kept)
+# raise when the pages change in a way the fingerprint cannot see (2: a run's record error kept; 3: digests)
+PAGES_FORMAT = 3
 REFUSED = "refused.json"  # the records that do not load, for scripts (README, "A job record")
 
 
-def _previous_runs(state_path: Path, settings: dict[str, Any]) -> dict[str, dict[str, str]]:
+def _previous_runs(state_path: Path, settings: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The runs remembered by the last refresh made with the same settings; {} when there are none."""
     try:
         state = read_json(state_path)
@@ -39,7 +41,8 @@ def _previous_runs(state_path: Path, settings: dict[str, Any]) -> dict[str, dict
     if not isinstance(state, dict) or state.get("settings") != settings or not isinstance(state.get("runs"), dict):
         return {}
     return {job: run for job, run in state["runs"].items()
-            if isinstance(run, dict) and all(isinstance(run.get(key), str) for key in ("fingerprint", "overall", "row"))}
+            if isinstance(run, dict) and isinstance(run.get("digest"), dict)
+            and all(isinstance(run.get(key), str) for key in ("fingerprint", "overall", "row"))}
 
 
 def _kept_page(out_dir: Path, job: str, fingerprint: str) -> Path:
@@ -96,7 +99,7 @@ def _refresh(data_root: Path, records_dir: Path, out_dir: Path, settings: dict[s
     invocation = settings["invocation"]
     state_path = out_dir / PAGES_STATE
     previous = _previous_runs(state_path, settings)
-    runs: dict[str, dict[str, str]] = {}
+    runs: dict[str, dict[str, Any]] = {}
     record_files = sorted(records_dir.glob("*.yaml")) if records_dir.is_dir() else []
     for record_file in record_files:
         job = record_file.stem
@@ -110,12 +113,12 @@ def _refresh(data_root: Path, records_dir: Path, out_dir: Path, settings: dict[s
         atomic_write_bytes(page_path, run_html(view, data_root / job, generated_at=generated_at, revision=revision,
                                                endpoint=endpoint, cache_dir=out_dir / ".plots").encode("utf-8"))
         _keep_page(out_dir, job, fingerprint)
-        runs[job] = {"fingerprint": fingerprint, "overall": view.overall, "row": run_row(view, endpoint)}
+        runs[job] = {"fingerprint": fingerprint, **index_entry(view, endpoint)}
         if view.record_error:
             runs[job]["refused"] = view.record_error
     index = out_dir / "index.html"
-    atomic_write_bytes(index, index_from_rows([(run["overall"], run["row"]) for run in runs.values()],
-                                              generated_at=generated_at, revision=revision).encode("utf-8"))
+    atomic_write_bytes(index, index_from_entries(list(runs.values()), generated_at=generated_at,
+                                                 revision=revision).encode("utf-8"))
     write_json(out_dir / REFUSED, refused_records(data_root, records_dir, runs))
     write_json(state_path, {"settings": settings, "runs": runs})
     return index
