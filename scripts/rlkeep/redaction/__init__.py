@@ -42,13 +42,13 @@ from rlkeep.redaction.engine import (
     credential_variable_names,
     redactor_from_environment,
 )
-from rlkeep.redaction.filetypes import BINARY_SUFFIXES, MAX_SAFETENSORS_HEADER, SNIFF_SIZE, classify
+from rlkeep.redaction.filetypes import CONTAINERS, NO_TEXT_KINDS, MAX_SAFETENSORS_HEADER, SNIFF_SIZE, classify
 from rlkeep.redaction.prefilter import available_engines
 from rlkeep.redaction.rules import KINDS, MAX_PREFIX_LENGTH, RULES, Rule
 from rlkeep.redaction.walk import SAFETENSORS_REASON, Finding, TreeReport, redact_tar, redact_tree, scan_file
 
 __all__ = [
-    "BINARY_SUFFIXES", "CHUNK_SIZE", "CONTEXT", "ENVIRONMENT_KIND", "ENV_CREDENTIAL_NAMES",
+    "CHUNK_SIZE", "CONTAINERS", "NO_TEXT_KINDS", "CONTEXT", "ENVIRONMENT_KIND", "ENV_CREDENTIAL_NAMES",
     "ENV_CREDENTIAL_SUFFIXES", "KINDS", "MARKER_PREFIX", "MAX_MATCH_LENGTH", "MAX_PREFIX_LENGTH",
     "MAX_SAFETENSORS_HEADER", "MIN_LITERAL_LENGTH", "OVERLAP", "RULES", "SAFETENSORS_REASON", "SNIFF_SIZE",
     "Finding", "Redactor", "Rule", "TreeReport", "available_engines", "classify", "cli_main",
