@@ -121,10 +121,11 @@ class Walker:
 
             process_table(self, what, stream, where, out)
         else:
-            inner = inner_name(name, what)
+            inner = inner_name(name.rsplit("/", 1)[-1], what)  # a compressed stream holds one file
             reader = open_decompressed(stream, what, self.budget)
             if out is None:
-                return self.process(reader, inner, member_path(where, inner), None, depth + 1)
+                path = member_path(where, inner)
+                return self._guarded(lambda: self.process(reader, inner, path, None, depth + 1), path)
             with open_compressor(out, what, head) as writer:
                 self.process(reader, inner, member_path(where, inner), writer, depth + 1)
 

@@ -77,7 +77,8 @@ class GuardedReader(io.RawIOBase):
     def __init__(self, source: BinaryIO, compression: str, budget: Budget) -> None:
         self._raw = _Counting(source)
         self._budget, self._compression, self._out = budget, compression, 0
-        buffered = io.BufferedReader(self._raw, CHUNK_SIZE)
+        # small reads of the compressed side keep its count close, so the ratio trips near MIN_JUDGED
+        buffered = io.BufferedReader(self._raw, 64 << 10)
         if compression == "gzip":
             self._stream: BinaryIO = gzip.GzipFile(fileobj=buffered, mode="rb")  # type: ignore[assignment]
         elif compression == "bzip2":
