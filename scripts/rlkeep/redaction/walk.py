@@ -43,6 +43,7 @@ class TreeReport:
     files_skipped: list[tuple[str, str]] = field(default_factory=list)
     files_rewritten: list[str] = field(default_factory=list)
     unreadable: list[tuple[str, str]] = field(default_factory=list)  # (path[::member], reason)
+    bytes_decompressed: int = 0  # read through a decompressor (gzip, bzip2, xz, zstd, zip members)
 
     def to_json(self) -> dict:
         return {
@@ -60,6 +61,7 @@ class FileOutcome:
     rewritten: bool = False
     member_findings: list[tuple[str, int, str]] = field(default_factory=list)  # (member, line, kind)
     unreadable: list[tuple[str, str]] = field(default_factory=list)  # (member or "", reason)
+    bytes_decompressed: int = 0
 
 
 def _scan_stream_file(path: Path, source: BinaryIO, kind: FileType, redactor: Redactor, check: bool,
@@ -179,6 +181,7 @@ def redact_tree(root: str | Path, redactor: Redactor, *, check: bool = False) ->
         report.findings.extend(Finding(kind, rel, line, member) for member, line, kind in outcome.member_findings)
         report.unreadable.extend((member_path(rel, member) if member else rel, reason)
                                  for member, reason in outcome.unreadable)
+        report.bytes_decompressed += outcome.bytes_decompressed
         if any(member == "" for member, _ in outcome.unreadable):
             pass  # the file as a whole could not be read: listed as unreadable, not as scanned
         elif outcome.skipped_reason:
@@ -246,7 +249,8 @@ def scan_container_file(path: Path, rel: str, source: BinaryIO, redactor: Redact
         scan.process(source, path.name, "", None, size=os.fstat(source.fileno()).st_size)
     except Refused as error:
         scan.unreadable.append(("", str(error)))
-    outcome = FileOutcome([], member_findings=scan.findings, unreadable=scan.unreadable)
+    outcome = FileOutcome([], member_findings=scan.findings, unreadable=scan.unreadable,
+                          bytes_decompressed=scan.budget.decompressed)
     if check or not scan.findings:
         return outcome
     refused = [(where, reason) for where, reason in scan.unreadable if not reason.startswith("not scanned: binary")]
@@ -265,4 +269,5 @@ def scan_container_file(path: Path, rel: str, source: BinaryIO, redactor: Redact
         handle.close()
         Path(tmp).unlink(missing_ok=True)
         raise
-    return FileOutcome([], rewritten=True, member_findings=scan.findings, unreadable=scan.unreadable)
+    return FileOutcome([], rewritten=True, member_findings=scan.findings, unreadable=scan.unreadable,
+                       bytes_decompressed=scan.budget.decompressed)
