@@ -49,6 +49,7 @@ from rlkeep.redaction import ENVIRONMENT_KIND, RULES, Redactor, available_engine
 from tests.support.secrets_corpus import HEX, KINDS, chars, opaque_value, plant  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import packed  # noqa: E402
 import peers  # noqa: E402
 
 TARGET_MB_PER_S = 400.0  # plain text, per core (issue 29)
@@ -273,28 +274,6 @@ def generate(root: Path, size_mb: float, seed: int = 1) -> tuple[list[Expected],
     return planter.expected, env_value
 
 
-def pack(corpus: Path, packed: Path) -> None:
-    """The same files as a run leaves them once rotated and packed: a gzip-rotated trainer log, zstd
-    metrics, the traces as a tar.gz, result.json and the config in a zip. Same secrets, same lines."""
-    import gzip
-    import tarfile
-    import zipfile
-
-    import zstandard
-
-    (packed / "trainer").mkdir(parents=True)
-    (packed / "trainer" / "train.log.1.gz").write_bytes(
-        gzip.compress((corpus / "trainer" / "train.log").read_bytes(), compresslevel=6, mtime=0))
-    with open(corpus / "trainer" / "metrics.jsonl", "rb") as source, \
-            open(packed / "trainer" / "metrics.jsonl.zst", "wb") as out:
-        zstandard.ZstdCompressor().copy_stream(source, out)
-    with tarfile.open(packed / "traces.tar.gz", "w:gz") as tar:
-        tar.add(corpus / "traces", arcname="traces")
-    with zipfile.ZipFile(packed / "outputs.zip", "w", zipfile.ZIP_DEFLATED) as archive:
-        archive.write(corpus / "result.json", "result.json")
-        archive.write(corpus / "config.yaml", "config.yaml")
-
-
 # ------------------------------------------------------------------------------------------
 # Measurements
 
@@ -433,24 +412,6 @@ def compare_with_peers(work: Path, size_mb: float, rounds: int) -> dict:
             "peer_ratios": compared["ratios"], "peer_runs": compared["runs"]}
 
 
-def _packed_figures(work: Path, corpus: Path, env_value: str, plain: dict) -> dict:
-    """The plain corpus beside its packed copy (compressed members): MB of text per CPU-second over
-    both, the share of those bytes read through a decompressor, and the packed copy's findings
-    against the plain one's (the same count by kind)."""
-    mixed = work / "mixed"
-    shutil.copytree(corpus, mixed / "plain")
-    pack(corpus, mixed / "packed")
-    scan = _run_child(mixed, "auto", env_value)
-    text_bytes = 2 * _tree_bytes(corpus)
-    by_kind = lambda findings, prefix: sorted(f["kind"] for f in findings if f["path"].startswith(prefix))  # noqa: E731
-    shutil.rmtree(mixed, ignore_errors=True)
-    return {"mixed_corpus_mb": round(text_bytes / 1e6, 1),
-            "mixed_mb_per_s": round(text_bytes / 1e6 / scan["cpu_seconds"], 1),
-            "mixed_decompressed_share": round(scan["bytes_decompressed"] / text_bytes, 3),
-            "packed_same_findings_as_plain": by_kind(scan["findings"], "packed/") == sorted(
-                f["kind"] for f in plain["findings"]) and not scan["unreadable"]}
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="10 MB instead of 200 MB")
@@ -487,7 +448,7 @@ def main(argv: list[str]) -> int:
             stdlib = _run_child(corpus, "re", env_value)
             figures["stdlib_engine_mb_per_s"] = round(mb / stdlib["cpu_seconds"], 1)
             figures["stdlib_engine_same_findings"] = stdlib["findings"] == default["findings"]
-        figures.update(_packed_figures(work, corpus, env_value, default))
+        figures.update(packed.figures(work, corpus, lambda root: _run_child(root, "auto", env_value), default))
         print(f"scan: {figures['mb_per_s']} MB/s ({default['engine']}), recall {scores['recall']}; with a packed "
               f"copy: {figures['mixed_mb_per_s']} MB/s, {figures['mixed_decompressed_share']:.0%} through a "
               "decompressor", file=sys.stderr)
