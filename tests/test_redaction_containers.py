@@ -368,3 +368,31 @@ def test_a_terminal_line_that_merely_ends_a_token_does_not_swallow_the_next_line
     token = plant("slack_token", random.Random(6)).secret
     redacted, _ = Redactor().redact_text(f"slack {token}\nbye\n")
     assert redacted == "slack <redacted:slack_token>\nbye\n"
+
+
+@pytest.mark.parametrize("shift", [-300, -40, -7, 0, 9, 200])
+def test_encoded_forms_across_a_window_edge_stream_as_they_redact_in_memory(shift: int) -> None:
+    creds = Creds(7)
+    forms = "\n".join(_forms(creds).values()) + "\n"
+    filler = b"".join(b"step %06d loss=0.25 reward=1.0 path=/runs/a/b\n" % i for i in range(40_000))
+    from rlkeep.redaction.common import CHUNK_SIZE
+
+    cut = filler.rfind(b"\n", 0, CHUNK_SIZE - 64 * 1024 + shift) + 1  # near where the first window commits
+    data = filler[:cut] + forms.encode() + filler[cut:] + forms.encode()
+    redactor = Redactor()
+    expected, found = redactor.redact_bytes(data)
+    pieces: list[bytes] = []
+
+    class Collect:
+        def emit(self, original: memoryview, redacted: memoryview | None) -> None:
+            pieces.append(bytes(original if redacted is None else redacted))
+
+        def finish(self) -> bool:
+            return True
+
+        def abort(self) -> None:
+            pass
+
+    streamed = redactor.redact_stream(io.BytesIO(data).read, Collect())
+    assert b"".join(pieces) == expected and streamed == found
+    assert not leaks(expected, creds)

@@ -136,14 +136,16 @@ class Redactor:
         hits: list[tuple[int, bytes]] = []
         for literal in candidates.literals:
             trigger = literal in self._triggers
-            position = hay.find(literal, first, last + len(literal) - 1)
+            # a trigger past the region may sit in a token that starts inside it: look to the end
+            until = len(hay) if trigger else last + len(literal) - 1
+            position = hay.find(literal, scan_from if trigger else first, until)
             while position >= 0:
                 if trigger:
                     hits.append((position, literal))
                 else:
                     spans.append(Span(start + position, start + position + len(literal), LITERAL_PRIORITY,
                                       ENVIRONMENT_KIND))
-                position = hay.find(literal, position + 1, last + len(literal) - 1)
+                position = hay.find(literal, position + 1, until)
         if hits and self._depth < MAX_DECODE_DEPTH:
             spans += [Span(start + begin, start + end, ENCODED_PRIORITY, kind)
                       for begin, end, kind in encoded_spans(hay, hits, first, last, self._redact_decoded,

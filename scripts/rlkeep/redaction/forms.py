@@ -146,19 +146,19 @@ def decodings(token: bytes, trigger: bytes) -> Iterator[bytes]:
 def encoded_spans(text: bytes, hits: list[tuple[int, bytes]], lo: int, hi: int,
                   redact: Callable[[bytes], tuple[bytes, list[tuple[int, str]]]],
                   plain: Callable[[bytes], bytes]) -> list[tuple[int, int, str]]:
-    """(start, end, kind) of every token around a trigger hit in [lo, hi) whose decoding holds a
-    finding that the token as written does not show (a presigned URL's `%2F` is no new finding).
-    `plain` redacts with the rules only; `redact` decodes further (to a bounded depth)."""
+    """(start, end, kind) of every token that starts in [lo, hi), holds a trigger hit, and whose
+    decoding holds a finding that the token as written does not show (a presigned URL's `%2F` is
+    no new finding). A stream's windows each take the tokens that start in their region, so none
+    is taken twice or missed. `plain` redacts with the rules only; `redact` decodes further (to
+    a bounded depth)."""
     spans: list[tuple[int, int, str]] = []
     done: set[tuple[int, int]] = set()
     for position, trigger in sorted(hits):
-        if position < lo or position >= hi:
-            continue
         if trigger in JSON_TRIGGERS:
             start, end = json_string_around(text, position)
         else:
             start, end = token_around(text, position, allow_wraps=trigger in BASE64_TRIGGERS)
-        if (start, end) in done:
+        if not lo <= start < hi or (start, end) in done:
             continue
         done.add((start, end))
         written = plain(bytes(text[start:end]))
