@@ -465,7 +465,8 @@ def test_a_single_file_root_and_a_missing_root(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("name", "head", "expected"), [
     ("x.parquet", b"PAR1\x15\x04", ("container", "parquet")),
     ("weights.bin", b"PK\x03\x04rest", ("container", "zip")),
-    ("old.pt", b"\x80\x02}q\x00", ("binary", "pickle")),
+    ("old.pt", b"\x80\x02}q\x00", ("verbatim", "pickle")),
+    ("tokenizer.model", b"\n\x0b\n\x05<unk>\x15\x00\x00", ("verbatim", "sentencepiece")),
     ("photo.jpg", b"\xff\xd8\xff\xe0", ("no_text", "jpeg")),
     ("x.npy", b"\x93NUMPY\x01\x00v\x00{'descr': '|O', 'fortran_order': False", ("binary", "numpy object array (pickled)")),
     ("a.bz2", b"BZh91AY&SY\x00", ("container", "bzip2")),

@@ -12,6 +12,7 @@ import io
 import json
 import lzma
 import os
+import pickle
 import random
 import resource
 import subprocess
@@ -323,14 +324,30 @@ def test_only_kinds_that_carry_no_text_may_go_unread(tmp_path: Path) -> None:
     assert {entry["path"] for entry in json.loads(clean.stdout)["files_skipped"]} == {"plot.png", "w.npy"}
 
     (root / "tool").write_bytes(b"\x7fELF\x02\x01\x01" + bytes(64))
-    (root / "state.pt").write_bytes(b"\x80\x04\x95" + b"secret in a pickle")
     (root / "truncated.log.gz").write_bytes(gzip.compress(b"x" * 10_000)[:40])
     failed, _ = run_cli([str(root), "--check"])
     assert failed.returncode == 1
     unreadable = {entry["path"]: entry["reason"] for entry in json.loads(failed.stdout)["unreadable"]}
     assert unreadable["tool"] == "not scanned: binary (elf)"
-    assert unreadable["state.pt"] == "not scanned: binary (pickle)"
     assert "gzip stream is corrupt or truncated" in unreadable["truncated.log.gz::truncated.log"]
+
+
+def test_a_pickle_is_scanned_as_bytes_and_a_finding_in_it_stops_redaction(tmp_path: Path) -> None:
+    """HF Trainer's training_args.bin is a pickle that may hold `hub_token`: its strings are plain
+    bytes, so it is read (not unreadable); rlkeep cannot rewrite it, so redaction stops naming it."""
+    token = plant("huggingface_token", random.Random(8)).secret
+    root = tmp_path / "export"
+    root.mkdir()
+    (root / "clean.pt").write_bytes(pickle.dumps({"learning_rate": 1e-6}, protocol=4))
+    (root / "training_args.bin").write_bytes(pickle.dumps({"hub_token": token, "learning_rate": 1e-6}, protocol=4))
+    check, _ = run_cli([str(root), "--check"])
+    report = json.loads(check.stdout)
+    assert check.returncode == 1 and report["unreadable"] == [] and report["files_scanned"] == 2
+    assert [(f["path"], f["kind"]) for f in report["findings"]] == [("training_args.bin", "huggingface_token")]
+    before = (root / "training_args.bin").read_bytes()
+    with pytest.raises(RlkeepError, match=r"training_args\.bin: credential-shaped text inside a pickle file"):
+        redact_tree(root, Redactor())
+    assert (root / "training_args.bin").read_bytes() == before
 
 
 # ------------------------------------------------------------------------------------------

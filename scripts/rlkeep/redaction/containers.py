@@ -102,6 +102,10 @@ class Walker:
             self._container(kind.detail, head, stream, name, where, out, depth)
         elif kind.handling in ("text", "wide"):
             self._text(kind, stream, where, out)
+        elif kind.handling == "verbatim":  # strings stored as plain bytes: scanned, never rewritten
+            if out is not None:
+                raise Refused(f"credential-shaped text inside a {kind.detail} file, a format rlkeep cannot rewrite")
+            self._text(FileType("text"), stream, where, None)
         elif kind.handling == "safetensors":
             self._safetensors(stream, where, out)
         else:

@@ -12,6 +12,9 @@ MAX_SAFETENSORS_HEADER = 100 << 20
 
 # Containers: opened and read inside (rlkeep.redaction.containers).
 CONTAINERS = ("gzip", "bzip2", "xz", "zstd", "tar", "zip", "parquet", "arrow")
+# Binary formats that store their strings as plain bytes (pickle protocol 2+, a SentencePiece
+# model's protobuf): scanned as bytes, so nothing in them goes unread; rlkeep cannot rewrite them,
+# so a finding in one stops redaction naming it.
 # Kinds that carry no text a secret could hide in: image pixels and plain numeric arrays. Short on
 # purpose; anything else that is not text or a container makes a check fail (fail closed).
 NO_TEXT_KINDS = ("png", "jpeg", "gif", "webp", "numpy")
@@ -32,7 +35,7 @@ _CONTROL_BYTES = bytes(c for c in range(32) if c not in b"\t\n\r\f\v\b\x1b")
 
 @dataclass(frozen=True)
 class FileType:
-    handling: str  # "text" | "wide" | "safetensors" | "container" | "no_text" | "binary"
+    handling: str  # "text" | "wide" | "safetensors" | "container" | "verbatim" | "no_text" | "binary"
     detail: str = ""  # wide: the codec; container, no_text: the format; binary: why
     bom: bytes = b""
     unit: int = 1
@@ -83,10 +86,12 @@ def classify(name: str, head: bytes, size: int) -> FileType:
             return _known(what, head)
     if len(head) > 262 and head[257:262] == b"ustar":
         return FileType("container", "tar")
+    if suffix == ".model" and head[:1] == b"\n":
+        return FileType("verbatim", "sentencepiece")
     if suffix in (".arrow", ".feather") and head[:4] == b"\xff\xff\xff\xff":
         return FileType("container", "arrow")  # the IPC stream format (`datasets` cache files)
     if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
-        return FileType("binary", "pickle")
+        return FileType("verbatim", "pickle")
     if 0 in head:
         encoding = _utf16_without_bom(head)
         if encoding:

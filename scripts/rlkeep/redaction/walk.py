@@ -129,6 +129,13 @@ def scan_file(path: Path, rel: str, redactor: Redactor, *, check: bool) -> FileO
             kind = classify(path.name, source.read(SNIFF_SIZE), info.st_size)
             if kind.handling == "binary":
                 return FileOutcome([], unreadable=[("", f"not scanned: binary ({kind.detail})")])
+            if kind.handling == "verbatim":
+                outcome = _scan_stream_file(path, source, FileType("text"), redactor, True, info.st_mode)
+                if outcome.findings and not check:
+                    raise RlkeepError(f"{rel}: credential-shaped text inside a {kind.detail} file; rlkeep cannot "
+                                      "rewrite this format, so nothing was changed: rebuild it without the "
+                                      "credential or remove it, then rerun")
+                return outcome
             if kind.handling == "no_text":
                 return FileOutcome([], f"not scanned: {kind.detail} (a kind that carries no text)")
             if kind.handling == "container":
