@@ -233,7 +233,7 @@ def test_reprs_never_show_values() -> None:
     value = opaque_value(random.Random(6))
     redactor = Redactor([value])
     assert value not in repr(redactor)
-    assert repr(Finding("huggingface_token", "a/b.log", 3)) == "Finding(kind='huggingface_token', path='a/b.log', line=3)"
+    assert repr(Finding("huggingface_token", "a/b.log", 3)) == "Finding(kind='huggingface_token', path='a/b.log', line=3, member='')"
 
 
 def test_unknown_engine_is_a_clear_error() -> None:
@@ -362,14 +362,14 @@ class Tree:
         ("latin1.log", 1, "anthropic_api_key"),
         ("broken.log", 2, "google_api_key"),
         ("wide.txt", 2, "slack_token"),
+        ("logs.tar.gz", 1, "jwt"),  # inside the gzip (member logs.tar)
+        ("rows.parquet", 1, "openai_api_key"),  # in a string cell (member `column text`)
     }
     SKIPPED = {
         "alias": "not scanned: symlink",
         "pipe": "not scanned: not a regular file",
         "link.log": "not scanned: symlink",
-        "logs.tar.gz": "not scanned: binary (gzip)",
         "model.safetensors": redaction.SAFETENSORS_REASON,
-        "rows.parquet": "not scanned: binary (parquet)",
     }
 
     def snapshot(self) -> dict[str, tuple[int, int]]:
@@ -388,7 +388,8 @@ def test_check_mode_reports_everything_and_writes_nothing(tmp_path: Path, redact
     report = redact_tree(tree.root, redactor, check=True)
     assert finding_set(report.findings) == Tree.EXPECTED
     assert dict(report.files_skipped) == Tree.SKIPPED
-    assert report.files_scanned == 8
+    assert report.unreadable == []
+    assert report.files_scanned == 10
     assert tree.snapshot() == before
     assert all(p.read_bytes() == data for p, data in contents.items())
 
@@ -425,14 +426,14 @@ def test_redaction_in_place_then_idempotent(tmp_path: Path, redactor: Redactor) 
         assert handle.metadata()["note"] == "pushed with <redacted:huggingface_token>"
     assert tree.tensor_secret.text.encode() in (root / "model.safetensors").read_bytes()
 
-    # Binary files are left alone (reported, not silently skipped).
-    assert tree.parquet_secret.text in pq.read_table(root / "rows.parquet").column("text")[0].as_py()
-    assert tree.p["jwt"].text.encode() in gzip.open(root / "logs.tar.gz").read()
+    # Containers are redacted inside and stay readable.
+    assert pq.read_table(root / "rows.parquet").column("text")[0].as_py() == "leak <redacted:openai_api_key>"
+    assert gzip.open(root / "logs.tar.gz").read() == b"archived <redacted:jwt>\n"
 
     # Mode kept; untouched files not rewritten at all.
     assert stat.S_IMODE((root / "logs" / "train.log").stat().st_mode) == 0o640
     after = tree.snapshot()
-    for rel in ("sub/nested/notes.txt", "rows.parquet", "logs.tar.gz", "link.log"):
+    for rel in ("sub/nested/notes.txt", "link.log"):
         assert after[rel] == before[rel], rel
     assert not [p for p in root.rglob("*.redacting")]
 
@@ -446,9 +447,9 @@ def test_redaction_in_place_then_idempotent(tmp_path: Path, redactor: Redactor) 
 def test_report_json_shape(tmp_path: Path) -> None:
     tree = Tree(tmp_path / "repo")
     report = redact_tree(tree.root, Redactor(), check=True).to_json()
-    assert set(report) == {"findings", "files_scanned", "files_skipped"}
+    assert set(report) == {"findings", "files_scanned", "files_skipped", "unreadable"}
     assert {"kind": "wandb_api_key", "path": "config.yaml", "line": 3} in report["findings"]
-    assert {"path": "rows.parquet", "reason": "not scanned: binary (parquet)"} in report["files_skipped"]
+    assert {"kind": "openai_api_key", "path": "rows.parquet", "line": 1, "member": "column text"} in report["findings"]
 
 
 def test_a_single_file_root_and_a_missing_root(tmp_path: Path) -> None:
@@ -462,12 +463,16 @@ def test_a_single_file_root_and_a_missing_root(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("name", "head", "expected"), [
-    ("x.parquet", b"PAR1\x15\x04", ("binary", "parquet")),
-    ("weights.bin", b"PK\x03\x04rest", ("binary", "zip")),
-    ("old.pt", b"\x80\x02}q\x00", ("binary", "pickle")),
-    ("photo.jpg", b"\xff\xd8\xff\xe0", ("binary", "jpeg")),
+    ("x.parquet", b"PAR1\x15\x04", ("container", "parquet")),
+    ("weights.bin", b"PK\x03\x04rest", ("container", "zip")),
+    ("old.pt", b"\x80\x02}q\x00", ("verbatim", "pickle")),
+    ("tokenizer.model", b"\n\x0b\n\x05<unk>\x15\x00\x00", ("verbatim", "sentencepiece")),
+    ("photo.jpg", b"\xff\xd8\xff\xe0", ("no_text", "jpeg")),
+    ("x.npy", b"\x93NUMPY\x01\x00v\x00{'descr': '|O', 'fortran_order': False", ("binary", "numpy object array (pickled)")),
+    ("a.bz2", b"BZh91AY&SY\x00", ("container", "bzip2")),
+    ("t.tar", b"x" * 257 + b"ustar\x0000" + b"\0" * 300, ("container", "tar")),
     ("data.txt", b"abc\x00def", ("binary", "NUL bytes")),
-    ("strange.bin", b"just text", ("binary", ".bin")),
+    ("strange.bin", b"just text", ("text", "")),  # the content decides, not the name
     ("log.txt", b"plain text\n", ("text", "")),
     ("w.log", "hi there".encode("utf-16-le"), ("wide", "utf-16-le")),
     ("w.log", b"\xff\xfe" + "hi".encode("utf-16-le"), ("wide", "utf-16-le")),
@@ -574,7 +579,7 @@ def test_cli_check_redact_check(tmp_path: Path) -> None:
     assert check.returncode == 1, check.stderr
     report = json.loads(check.stdout)
     assert {(f["path"], f["line"], f["kind"]) for f in report["findings"]} == Tree.EXPECTED
-    assert report["files_scanned"] == 8
+    assert report["files_scanned"] == 10
     assert "credential-shaped text remains" in check.stderr
 
     redact = run_cli([str(tree.root)])

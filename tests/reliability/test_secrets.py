@@ -5,15 +5,24 @@ run, every byte the Hub server holds and every byte of the archive destination (
 parquet shards read back as text) is scanned: no planted value, and nothing `rlkeep.redaction` would
 flag. The pipeline's own credentials (S3 secret, Hub token) appear in no log, sentinel, report or error.
 
+Two plants sit inside containers only (issue 29): a gzip-rotated Ray worker log
+(ray/<attempt>/session_latest/logs/worker-1.out.gz) and a trial folder's outputs.zip. Archive members
+that are containers are opened again here (they must still open), and no planted value may be
+there in any form (plain, percent-encoded, JSON-escaped, base64).
+
 The same run carries broken text: a trajectory with invalid UTF-8 bytes and one with a lone surrogate
 escape; both are repaired (U+FFFD), counted in the export manifest, and their trials are in the dataset.
 """
 from __future__ import annotations
 
+import base64
+import gzip
 import io
 import json
 import random
+import zipfile
 from pathlib import Path
+from urllib.parse import quote
 
 import pyarrow.parquet as pq
 import yaml
@@ -30,7 +39,7 @@ from tests.support.hub import hub_server  # noqa: F401 - fixture
 from tests.support.secrets_corpus import KINDS, Planted, plant
 
 ARTIFACTS = ("trainer log", "ray log", "resolved config", "trajectory", "result.json", "trial.log", "model config.json",
-             "tokenizer_config.json")
+             "tokenizer_config.json", "gzipped worker log", "outputs.zip")
 
 
 def trials_with_rows(root: Path) -> list[Path]:
@@ -70,7 +79,15 @@ def plant_everywhere(root: Path, rng: random.Random) -> tuple[dict[tuple[str, st
     for config in sorted((root / "config").glob("*/resolved_config.yaml")):
         with open(config, "a", encoding="utf-8") as handle:
             handle.write(yaml.safe_dump({"planted_env": texts("resolved config")}, width=10_000))
+    session = sorted((root / "ray").glob("*/session_*/logs"))[0].parent
+    worker_log = session.parent / "session_latest" / "logs" / "worker-1.out.gz"
+    worker_log.parent.mkdir(parents=True)
+    worker_log.write_bytes(gzip.compress("".join(f"(pid=2150) env {kind}: {text}\n"
+                                                 for kind, text in texts("gzipped worker log").items()).encode(), mtime=0))
     trial = trials_with_rows(root)[0]
+    with zipfile.ZipFile(trial / "outputs.zip", "w", zipfile.ZIP_DEFLATED) as outputs:
+        outputs.writestr("outputs/agent.log", "\n".join(texts("outputs.zip").values()) + "\n")
+        outputs.writestr("outputs/answer.txt", "42\n")
     trajectory = trial / "agent" / "trajectory.json"
     document = json.loads(trajectory.read_text())
     first = document["steps"][0]
@@ -100,6 +117,22 @@ def break_text(root: Path) -> list[str]:
     at = text.index('"message": "') + len('"message": "')
     path.write_text(text[:at] + "half an emoji \\ud83d then text: " + text[at:])
     return [invalid.name, surrogate.name]
+
+
+def opened(name: str, data: bytes) -> list[tuple[str, bytes]]:
+    """An archive member that is a container, opened (it must open): its members as (name, bytes)."""
+    if name.endswith(".gz"):
+        return [(f"{name}::{name.rsplit('/', 1)[-1][:-3]}", gzip.decompress(data))]
+    if name.endswith(".zip"):
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            return [(f"{name}::{member}", archive.read(member)) for member in archive.namelist()]
+    return []
+
+
+def forms(value: str) -> list[bytes]:
+    """A value as a reader could turn it back: plain, percent-encoded, JSON-escaped, base64 (its middle)."""
+    return [value.encode(), quote(value, safe="").encode(), json.dumps(value).replace("/", "\\u002f").encode(),
+            base64.b64encode(value.encode())[4:-4]]
 
 
 def readable_text(name: str, data: bytes) -> bytes:
@@ -135,9 +168,12 @@ def test_no_planted_secret_reaches_the_hub_or_the_archive(data_root: Path, bucke
     secrets += [(f"example/{s['kind']}", s["value"]) for s in run.planted_secrets]
     destinations = [(f"hub:{repo}/{path}", readable_text(path, data)) for repo, path, data in hub_bytes(hub_server)]
     destinations += [(f"archive:{name}", data) for name, data in archive_destination_files(bucket)]
-    leaked = [(label, where) for label, value in secrets for where, data in destinations if value.encode() in data]
+    destinations += [inner for name, data in list(destinations) for inner in opened(name, data)]
+    leaked = [(label, where) for label, value in secrets for where, data in destinations
+              if any(form in data for form in forms(value))]
     redactor = Redactor()
-    flagged = [(where, kind) for where, data in destinations if not where.endswith((".safetensors", ".png"))
+    flagged = [(where, kind) for where, data in destinations
+               if not where.endswith((".safetensors", ".png", ".gz", ".zip", ".tgz"))
                for _, kind in redactor.redact_bytes(data)[1]]
     figures_log.record("secrets", planted=len(planted), kinds=len(KINDS), artifact_types=len(ARTIFACTS),
                        example_secrets=len(run.planted_secrets), leaked=len(leaked), flagged=len(flagged),
@@ -149,6 +185,9 @@ def test_no_planted_secret_reaches_the_hub_or_the_archive(data_root: Path, bucke
     for expected in ("training_logs/trainer/", "/config.json", "/tokenizer_config.json", "data/train-"):
         assert any(expected in where and where.startswith("hub:") for where in redacted_at), expected
     assert any(":trace_jobs/" in where and where.endswith("trial.log") for where, _ in destinations)
+    for inside in ("session_latest/logs/worker-1.out.gz::worker-1.out", "/outputs.zip::outputs/agent.log"):
+        assert any(where.endswith(inside) and b"<redacted:" in data for where, data in destinations), inside
+    assert any(where.endswith("/outputs.zip::outputs/answer.txt") and data == b"42\n" for where, data in destinations)
 
     # Broken text was repaired, counted, and its trials kept.
     manifest = read_json(scenario.job_dir / "stage" / "traces" / "trace_export_manifest.json")

@@ -40,7 +40,8 @@ def archive_step(ctx: StepContext) -> None:
             raise RlkeepError(f"archive of a {spec.name} run needs the synced trace tree (sync/trace_jobs.tar)")
         trees.append((spec.archive_tree, "traces"))
     # The archive may leave this machine (archive.dest): its text passes the same redaction as
-    # every other destination; binary members are copied as they are.
+    # every other destination, inside compressed logs, tars and zips too; a member that cannot be
+    # opened or rewritten (encrypted zip, bomb) stops the step; other binary members are copied.
 
     # numpy and the redaction rules cost about 0.2 s to import: verify_archive and reclaim, which
     # import this package, do not redact and do not pay for them
@@ -52,8 +53,10 @@ def archive_step(ctx: StepContext) -> None:
     for name, key in trees:
         report = redact_tar(ctx.inputs[key], work / f"{name}.redacted.tar", redactor, work_dir=work / "scratch")
         redacted[name] = work / f"{name}.redacted.tar"
-        log.info("archive: %s: %d text members redacted (%d findings), %d binary members copied as they are",
-                 name, report["members_redacted"], len(report["findings"]), report["binary_members"])
+        log.info("archive: %s: %d members redacted (%d findings, inside containers too; %d bytes read through a "
+                 "decompressor), %d binary members copied as they are",
+                 name, report["members_redacted"], len(report["findings"]), report["bytes_decompressed"],
+                 report["binary_members"])
     evidence = build_archive(
         ctx.outputs["tgz"], ctx.outputs["manifest"],
         sources=[(name, redacted[name]) for name, _ in trees],

@@ -75,7 +75,9 @@ def publish_model_card(card: Path, repo_id: str, *, endpoint: str | None = None,
 def finding_text(finding: Any) -> str:
     """Where a redaction finding is, never what it is."""
     kind = getattr(finding, "kind", None) or getattr(finding, "shape", "?")
-    return f"{getattr(finding, 'path', '?')}:{getattr(finding, 'line', '?')} ({kind})"
+    member = getattr(finding, "member", "")
+    where = f"{getattr(finding, 'path', '?')}::{member}" if member else getattr(finding, "path", "?")
+    return f"{where}:{getattr(finding, 'line', '?')} ({kind})"
 
 
 def verify_model_publication(stage_dir: Path, repo_id: str, commit: str, work_dir: Path, *, redactor: Any,
@@ -107,6 +109,10 @@ def verify_model_publication(stage_dir: Path, repo_id: str, commit: str, work_di
     if findings:
         shown = ", ".join(finding_text(finding) for finding in findings[:20])
         problems.append(f"redaction check: {len(findings)} credential-shaped finding(s) in the download: {shown}")
+    if redaction.unreadable:
+        shown = "; ".join(f"{path}: {reason}" for path, reason in redaction.unreadable[:20])
+        problems.append(f"redaction check: {len(redaction.unreadable)} file(s) in the download could not be read, so "
+                        f"they are not known to hold no credential: {shown}")
     problems += check_publication(download_dir, endpoint=target.endpoint, expected_dataset=traces_repo,
                                   pending_traces_link=pending_traces_link)
     remote = digest_files(downloaded_files(download_dir))

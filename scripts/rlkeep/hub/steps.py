@@ -50,6 +50,15 @@ def _training_logs(ctx: StepContext, logs_dir: Path) -> list[str]:
     return sorted(names)
 
 
+def refuse_unreadable(where: Path, unreadable: list[tuple[str, str]]) -> None:
+    """Fail closed: what redaction could not read is not known to hold no credential."""
+    if unreadable:
+        shown = "; ".join(f"{path}: {reason}" for path, reason in unreadable[:10])
+        raise RlkeepError(f"{where}: {len(unreadable)} file(s) or member(s) could not be read by redaction, so they "
+                          f"are not known to hold no credential ({shown}); nothing was published: remove them or "
+                          "convert them to a readable format at the source, then rerun")
+
+
 def stage_model_step(ctx: StepContext) -> None:
     """`<job>/stage/model/`: flat model + training_logs/ + model card, redacted and checked locally."""
 
@@ -76,7 +85,8 @@ def stage_model_step(ctx: StepContext) -> None:
         remaining = redact_tree(partial, redactor, check=True)
         if remaining.findings:
             raise RlkeepError(f"{stage}: credential-shaped text remains after redaction: "
-                              + ", ".join(f"{f.path}:{f.line} ({f.kind})" for f in remaining.findings[:10]))
+                              + ", ".join(finding_text(f) for f in remaining.findings[:10]))
+        refuse_unreadable(stage, remaining.unreadable)
         problems = check_publication(partial, pending_traces_link=True)
         if problems:
             raise RlkeepError(f"{stage}: staged model is not publishable: " + "; ".join(problems))
@@ -188,6 +198,14 @@ def publish_traces_step(ctx: StepContext) -> None:
     stage = ctx.inputs["stage"]
     manifest = read_json(stage / MANIFEST_NAME)
     check_transfer(ctx, nbytes=tree_bytes(stage), what=f"trace dataset upload to {publish['traces']}")
+    from rlkeep.traces.stage import DATA_DIR  # rlkeep.traces imports rlkeep.hub: not at module level
+
+    # the shards' string cells and metadata, read back before anything is uploaded
+    shards = redact_tree(stage / DATA_DIR, redactor_from_environment(), check=True)
+    if shards.findings:
+        raise RlkeepError(f"{stage / DATA_DIR}: credential-shaped text in the staged shards: "
+                          + ", ".join(finding_text(f) for f in shards.findings[:10]) + "; nothing was uploaded")
+    refuse_unreadable(stage / DATA_DIR, shards.unreadable)
     published = replace_trace_shards(stage, publish["traces"], private=bool(publish.get("private", True)),
                                      commit_message=f"Replace trace export with {manifest.get('row_count')} rows")
     evidence = verify_trace_publication(stage, publish["traces"], published["commit"])

@@ -17,11 +17,18 @@ numbers stay true; markers are masked before matching and the text around each n
 scanned again until clean, so a second run finds nothing. Findings carry kind, path and line,
 never the value.
 
+Containers are read inside (gzip, bzip2, xz, zstd, tar, zip, parquet, arrow; nested, streamed,
+bombs refused) and rewritten with their members redacted; an encoded secret (percent, JSON
+escapes, base64, a line wrap inside a token) is found by decoding the token around a trigger.
+What can be neither read nor is of a kind that carries no text is listed as unreadable, and a
+check fails on it (fail closed).
+
 One module per job: common (shared sizes and the marker), filters (value filters), samples (the
-table's samples), rules (the table), spans (matching one window: probes, spans, markers),
-prefilter (Hyperscan / RE2 / stdlib candidate search), engine (the Redactor), rewrite (writing
-in place), filetypes (what a file is), walk (trees and tars) and cli. The public names are
-re-exported here.
+table's samples), rules (the table), spans (matching one window: probes, spans, markers), forms
+(encoded forms), prefilter (Hyperscan / RE2 / stdlib candidate search), engine (the Redactor),
+rewrite (writing in place), filetypes (what a file is), streams (decompression with bounds,
+recompression), containers (tar, zip, nesting), columnar (parquet, arrow), walk (trees and
+tars) and cli. The public names are re-exported here.
 """
 from __future__ import annotations
 
@@ -42,13 +49,13 @@ from rlkeep.redaction.engine import (
     credential_variable_names,
     redactor_from_environment,
 )
-from rlkeep.redaction.filetypes import BINARY_SUFFIXES, MAX_SAFETENSORS_HEADER, SNIFF_SIZE, classify
+from rlkeep.redaction.filetypes import CONTAINERS, NO_TEXT_KINDS, MAX_SAFETENSORS_HEADER, SNIFF_SIZE, classify
 from rlkeep.redaction.prefilter import available_engines
 from rlkeep.redaction.rules import KINDS, MAX_PREFIX_LENGTH, RULES, Rule
 from rlkeep.redaction.walk import SAFETENSORS_REASON, Finding, TreeReport, redact_tar, redact_tree, scan_file
 
 __all__ = [
-    "BINARY_SUFFIXES", "CHUNK_SIZE", "CONTEXT", "ENVIRONMENT_KIND", "ENV_CREDENTIAL_NAMES",
+    "CHUNK_SIZE", "CONTAINERS", "NO_TEXT_KINDS", "CONTEXT", "ENVIRONMENT_KIND", "ENV_CREDENTIAL_NAMES",
     "ENV_CREDENTIAL_SUFFIXES", "KINDS", "MARKER_PREFIX", "MAX_MATCH_LENGTH", "MAX_PREFIX_LENGTH",
     "MAX_SAFETENSORS_HEADER", "MIN_LITERAL_LENGTH", "OVERLAP", "RULES", "SAFETENSORS_REASON", "SNIFF_SIZE",
     "Finding", "Redactor", "Rule", "TreeReport", "available_engines", "classify", "cli_main",

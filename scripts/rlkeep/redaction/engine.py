@@ -13,6 +13,7 @@ from urllib.parse import quote, quote_plus
 from rlkeep.errors import RlkeepError
 from rlkeep.redaction.common import (CHUNK_SIZE, CONTEXT, ENVIRONMENT_KIND, MAX_MATCH_LENGTH,
                                      MIN_LITERAL_LENGTH, OVERLAP)
+from rlkeep.redaction.forms import TRIGGERS, encoded_spans, unwrapped
 from rlkeep.redaction.prefilter import (HyperscanPrefilter, Prefilter, Re2Prefilter, StdlibPrefilter,
                                         available_engines)
 from rlkeep.redaction.rewrite import Sink
@@ -21,9 +22,17 @@ from rlkeep.redaction.spans import (Probe, Span, count_newlines, left_boundary_o
                                     merge_spans, neighbourhoods, replace_spans)
 
 
+MAX_DECODE_DEPTH = 2  # e.g. a base64 blob holding a percent-encoded URL
+ENCODED_PRIORITY = float(len(RULES))  # an encoded token's label yields to a plain finding's
+_TOKEN = re.compile(rb"[^ \t\r\n\"'<>`,;()\[\]{}|\\]*")
+
+
 def _probe(priority: float, rule: Rule, needle: bytes) -> Probe:
     pattern = re.escape(needle) + rule.body.encode()
-    return Probe(priority, rule, needle, re.compile(pattern), re.compile(pattern, re.IGNORECASE) if rule.lowercase else None)
+    # a token-shaped rule (a fixed prefix, a word boundary, the whole match) is looked for across line wraps too
+    wrappable = rule.left == "word" and not rule.lowercase and rule.group == 0
+    return Probe(priority, rule, needle, re.compile(pattern), re.compile(pattern, re.IGNORECASE) if rule.lowercase else None,
+                 wrappable)
 
 
 def _literal_forms(values: Iterable[str]) -> tuple[bytes, ...]:
@@ -58,8 +67,10 @@ class Redactor:
             for priority, rule in enumerate(RULES) for needle in rule.prefixes
         )
         self._literals = _literal_forms(literals)
+        self._triggers = frozenset(TRIGGERS) - frozenset(self._literals)
+        self._depth = 0  # decoding inside a decoded token goes MAX_DECODE_DEPTH levels deep
         prefilter_class = {"re": StdlibPrefilter, "re2": Re2Prefilter, "hyperscan": HyperscanPrefilter}[engine]
-        self._prefilter: Prefilter = prefilter_class(self._probes, self._literals)
+        self._prefilter: Prefilter = prefilter_class(self._probes, self._literals + tuple(sorted(self._triggers)))
 
     def __repr__(self) -> str:  # never the literal values
         return f"Redactor(engine={self.engine!r}, rules={len(RULES)}, literals={len(self._literals)})"
@@ -120,13 +131,70 @@ class Redactor:
                 if rule.accept is not None and not rule.accept(hay[begin:end]):
                     continue
                 spans.append(Span(start + begin, start + end, probe.priority, rule.kind))
+            if probe.wrappable:
+                spans += self._wrapped(probe, hay, positions, first, last, start)
+        hits: list[tuple[int, bytes]] = []
         for literal in candidates.literals:
-            position = hay.find(literal, first, last + len(literal) - 1)
+            trigger = literal in self._triggers
+            # a trigger past the region may sit in a token that starts inside it: look to the end
+            until = len(hay) if trigger else last + len(literal) - 1
+            position = hay.find(literal, scan_from if trigger else first, until)
             while position >= 0:
-                spans.append(Span(start + position, start + position + len(literal), LITERAL_PRIORITY,
-                                  ENVIRONMENT_KIND))
-                position = hay.find(literal, position + 1, last + len(literal) - 1)
+                if trigger:
+                    hits.append((position, literal))
+                else:
+                    spans.append(Span(start + position, start + position + len(literal), LITERAL_PRIORITY,
+                                      ENVIRONMENT_KIND))
+                position = hay.find(literal, position + 1, until)
+        if hits and self._depth < MAX_DECODE_DEPTH:
+            spans += [Span(start + begin, start + end, ENCODED_PRIORITY, kind)
+                      for begin, end, kind in encoded_spans(hay, hits, first, last, self._redact_decoded,
+                                                                    self._redact_plain)]
         return merge_spans(spans)
+
+    def _redact_plain(self, token: bytes) -> bytes:
+        depth, self._depth = self._depth, MAX_DECODE_DEPTH
+        try:
+            return self.redact_bytes(token)[0]
+        finally:
+            self._depth = depth
+
+    def _redact_decoded(self, decoded: bytes) -> tuple[bytes, list[tuple[int, str]]]:
+        self._depth += 1
+        try:
+            return self.redact_bytes(decoded)
+        finally:
+            self._depth -= 1
+
+    def _wrapped(self, probe: Probe, hay: bytes | bytearray, positions: list[int] | None, first: int, last: int,
+                 start: int) -> list[Span]:
+        """A token split by a line wrap (raw, or `\\n` in a JSON string): matched with the wrap taken out."""
+        spans: list[Span] = []
+        if positions is None:
+            positions = []
+            position = hay.find(probe.needle, first, last)
+            while position >= 0:
+                positions.append(position)
+                position = hay.find(probe.needle, position + 1, last)
+        for position in positions:
+            if not first <= position < last or not left_boundary_ok(hay, position, probe.rule.left):
+                continue
+            token_end = _TOKEN.match(hay, position).end()  # type: ignore[union-attr]
+            if hay[token_end:token_end + 1] not in (b"\n", b"\r") and hay[token_end:token_end + 2] not in (b"\\n", b"\\r"):
+                continue
+            if probe.regex.match(hay, position) is not None:
+                continue  # whole before the wrap: what follows is the next line, not the token's tail
+            joined = unwrapped(bytes(hay[position:position + MAX_MATCH_LENGTH]), 0, MAX_MATCH_LENGTH)
+            if joined is None:
+                continue
+            text, origins = joined
+            match = probe.regex.match(text)
+            if match is None or (probe.rule.accept is not None and not probe.rule.accept(match.group())):
+                continue
+            end = position + origins[match.end() - 1] + 1
+            if end - position > match.end():  # the match crosses a wrap
+                spans.append(Span(start + position, start + end, probe.priority, probe.rule.kind))
+        return spans
 
     def _redact_region(self, window: bytes | bytearray, lo: int, cut: int, first_line: int
                        ) -> tuple[memoryview | None, int, list[tuple[int, str]], tuple[int, int]]:

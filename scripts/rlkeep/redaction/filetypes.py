@@ -1,4 +1,6 @@
-"""What a file is: text (scanned as bytes), UTF-16/32 text, a safetensors file, or binary."""
+"""What a file is: text (scanned as bytes), UTF-16/32 text, a safetensors file, a container
+rlkeep reads inside (compressed stream, tar, zip, parquet, arrow), a kind known to carry no text,
+or binary (not readable: a check that meets one fails)."""
 from __future__ import annotations
 
 import codecs
@@ -8,16 +10,17 @@ from dataclasses import dataclass
 SNIFF_SIZE = 8192
 MAX_SAFETENSORS_HEADER = 100 << 20
 
-BINARY_SUFFIXES = frozenset({
-    ".pt", ".pth", ".bin", ".ckpt", ".pkl", ".pickle", ".npy", ".npz", ".h5", ".hdf5", ".onnx",
-    ".msgpack", ".parquet", ".arrow", ".feather", ".orc", ".avro", ".gz", ".tgz", ".tar", ".zip",
-    ".zst", ".bz2", ".xz", ".7z", ".lz4", ".whl", ".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp",
-    ".tif", ".tiff", ".ico", ".mp3", ".mp4", ".wav", ".flac", ".ogg", ".webm", ".pdf", ".so",
-    ".dylib", ".dll", ".exe", ".o", ".a", ".pyc", ".class", ".jar", ".db", ".sqlite", ".sqlite3",
-    ".woff", ".woff2", ".ttf", ".otf",
-})
+# Containers: opened and read inside (rlkeep.redaction.containers).
+CONTAINERS = ("gzip", "bzip2", "xz", "zstd", "tar", "zip", "parquet", "arrow")
+# Binary formats that store their strings as plain bytes (pickle protocol 2+, a SentencePiece
+# model's protobuf): scanned as bytes, so nothing in them goes unread; rlkeep cannot rewrite them,
+# so a finding in one stops redaction naming it.
+# Kinds that carry no text a secret could hide in: image pixels and plain numeric arrays. Short on
+# purpose; anything else that is not text or a container makes a check fail (fail closed).
+NO_TEXT_KINDS = ("png", "jpeg", "gif", "webp", "numpy")
 _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"PAR1", "parquet"), (b"\x1f\x8b", "gzip"), (b"PK\x03\x04", "zip"), (b"PK\x05\x06", "zip"),
+    (b"BZh", "bzip2"),
     (b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "jpeg"), (b"GIF87a", "gif"), (b"GIF89a", "gif"),
     (b"(\xb5/\xfd", "zstd"), (b"\xfd7zXZ\x00", "xz"), (b"7z\xbc\xaf\x27\x1c", "7z"), (b"\x7fELF", "elf"),
     (b"\x93NUMPY", "numpy"), (b"SQLite format 3\x00", "sqlite"), (b"ARROW1", "arrow"), (b"%PDF-", "pdf"),
@@ -32,8 +35,8 @@ _CONTROL_BYTES = bytes(c for c in range(32) if c not in b"\t\n\r\f\v\b\x1b")
 
 @dataclass(frozen=True)
 class FileType:
-    handling: str  # "text" | "wide" | "safetensors" | "binary"
-    detail: str = ""  # wide: the codec; binary: why
+    handling: str  # "text" | "wide" | "safetensors" | "container" | "verbatim" | "no_text" | "binary"
+    detail: str = ""  # wide: the codec; container, no_text: the format; binary: why
     bom: bytes = b""
     unit: int = 1
 
@@ -58,6 +61,14 @@ def _utf16_without_bom(head: bytes) -> str | None:
     return None
 
 
+def _known(what: str, head: bytes) -> FileType:
+    if what in CONTAINERS:
+        return FileType("container", what)
+    if what == "numpy" and b"'|O'" in head[:256]:
+        return FileType("binary", "numpy object array (pickled)")
+    return FileType("no_text" if what in NO_TEXT_KINDS else "binary", what)
+
+
 def classify(name: str, head: bytes, size: int) -> FileType:
     """Decide from the name and the first SNIFF_SIZE bytes how a file is scanned."""
     suffix = os.path.splitext(name)[1].lower()
@@ -68,15 +79,19 @@ def classify(name: str, head: bytes, size: int) -> FileType:
     for bom, encoding, unit in _BOMS:
         if head.startswith(bom):
             return FileType("wide", encoding, bom, unit)
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return FileType("no_text", "webp")
     for magic, what in _MAGIC:
-        if head.startswith(magic):
-            return FileType("binary", what)
+        if head.startswith(magic) and (what != "bzip2" or head[4:10] == b"1AY&SY"):
+            return _known(what, head)
     if len(head) > 262 and head[257:262] == b"ustar":
-        return FileType("binary", "tar")
+        return FileType("container", "tar")
+    if suffix == ".model" and head[:1] == b"\n":
+        return FileType("verbatim", "sentencepiece")
+    if suffix in (".arrow", ".feather") and head[:4] == b"\xff\xff\xff\xff":
+        return FileType("container", "arrow")  # the IPC stream format (`datasets` cache files)
     if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
-        return FileType("binary", "pickle")
-    if suffix in BINARY_SUFFIXES:
-        return FileType("binary", suffix)
+        return FileType("verbatim", "pickle")
     if 0 in head:
         encoding = _utf16_without_bom(head)
         if encoding:

@@ -21,6 +21,13 @@ except ImportError:  # pragma: no cover - depends on the environment
     _hyperscan = None
 
 
+# A token-shaped prefix whose token ends at a line wrap (raw, or `\n` in a JSON string): the
+# engine tries it again with the wrap taken out, so the prefilter must report it though the
+# rule's hint does not match.
+WRAP_TAIL = rb"[A-Za-z0-9_-]*(?:\\[nr]|[\r\n])"
+WRAP_REACH = 320  # a prefix is looked for this far back from the wrap; longer tokens are no credential
+
+
 @dataclass
 class Candidates:
     """What to try: each probe with the positions where its prefix starts (None: scan everything),
@@ -162,6 +169,7 @@ class Re2Prefilter(_NeedleIndex):
         alternatives = [(b"(?i:" if probe.rule.lowercase else b"(?:") + _re2_bytes_literal(probe.needle)
                         + probe.rule.hint.encode() + b")" for probe in probes]
         alternatives += [_re2_bytes_literal(literal) for literal in literals]
+        alternatives += [_re2_bytes_literal(probe.needle) + WRAP_TAIL for probe in probes if probe.wrappable]
         self._regex = _re2.compile(b"|".join(alternatives), options)
 
     def candidates(self, hay: bytes, lowered: Callable[[], bytes]) -> Candidates:
@@ -186,7 +194,11 @@ class HyperscanPrefilter(_NeedleIndex):
         self._probe_list, self._literal_list = tuple(probes), tuple(literals)  # by pattern id
         self._marker_id = len(expressions)  # the same pass tells whether markers need masking
         expressions.append(MARKER_PATTERN)
+        self._wrapped = tuple(probe for probe in probes if probe.wrappable)  # ids after the marker's
         flags = [_hyperscan.HS_FLAG_SOM_LEFTMOST | _hyperscan.HS_FLAG_DOTALL] * len(expressions)
+        # no start of match for these (too large a pattern with one): the prefix is found back from the end
+        expressions += [_re2_bytes_literal(probe.needle) + WRAP_TAIL for probe in self._wrapped]
+        flags += [_hyperscan.HS_FLAG_DOTALL] * len(self._wrapped)
         self._database = _hyperscan.Database()
         self._database.compile(expressions=expressions, ids=list(range(len(expressions))),
                                elements=len(expressions), flags=flags)
@@ -215,6 +227,12 @@ class HyperscanPrefilter(_NeedleIndex):
         literals: set[bytes] = set()
         probe_count = len(self._probe_list)
         for pattern, start, end in hits:
+            if pattern > marker_id:  # a token-shaped prefix before a line wrap
+                wrapped = self._wrapped[pattern - marker_id - 1]
+                at = hay.rfind(wrapped.needle, max(0, end - WRAP_REACH), end)
+                if at >= 0:
+                    positions.setdefault(wrapped, set()).add(at)
+                continue
             if pattern >= probe_count:
                 literals.add(self._literal_list[pattern - probe_count])
                 continue

@@ -1,5 +1,7 @@
 """The tree and the tar: every file under a root (or every member of a tar) is classified, then
-scanned and redacted in place, or skipped with its reason; findings name kind, path and line."""
+scanned and redacted in place (containers inside, rlkeep.redaction.containers), or skipped with
+its reason; findings name kind, path, the member inside a container, and line. What could not
+be read (and is not of a kind known to carry no text) is listed as unreadable: a check fails on it."""
 from __future__ import annotations
 
 import json
@@ -13,9 +15,11 @@ from typing import BinaryIO, Callable, Iterator
 
 from rlkeep.errors import RlkeepError
 from rlkeep.redaction.common import CHUNK_SIZE
+from rlkeep.redaction.containers import SEPARATOR, Walker, member_path
 from rlkeep.redaction.engine import Redactor
 from rlkeep.redaction.filetypes import SNIFF_SIZE, FileType, classify
 from rlkeep.redaction.rewrite import LazyRewriter, Sink, TranscodingReader, TranscodingRewriter, install, temp_beside
+from rlkeep.redaction.streams import Refused
 
 
 @dataclass(frozen=True)
@@ -24,7 +28,12 @@ class Finding:
 
     kind: str
     path: str  # relative path inside the scanned root ("" for in-memory text)
-    line: int  # 1-based
+    line: int  # 1-based (in a parquet or arrow column: the cell's number)
+    member: str = ""  # the path inside a container, levels joined by `::`; "" for the file itself
+
+    def to_json(self) -> dict:
+        found = {"kind": self.kind, "path": self.path, "line": self.line}
+        return {**found, "member": self.member} if self.member else found
 
 
 @dataclass
@@ -33,20 +42,26 @@ class TreeReport:
     files_scanned: int = 0
     files_skipped: list[tuple[str, str]] = field(default_factory=list)
     files_rewritten: list[str] = field(default_factory=list)
+    unreadable: list[tuple[str, str]] = field(default_factory=list)  # (path[::member], reason)
+    bytes_decompressed: int = 0  # read through a decompressor (gzip, bzip2, xz, zstd, zip members)
 
     def to_json(self) -> dict:
         return {
-            "findings": [{"kind": f.kind, "path": f.path, "line": f.line} for f in self.findings],
+            "findings": [finding.to_json() for finding in self.findings],
             "files_scanned": self.files_scanned,
             "files_skipped": [{"path": path, "reason": reason} for path, reason in self.files_skipped],
+            "unreadable": [{"path": path, "reason": reason} for path, reason in self.unreadable],
         }
 
 
 @dataclass(frozen=True)
 class FileOutcome:
-    findings: list[tuple[int, str]]
+    findings: list[tuple[int, str]]  # (line, kind) in the file itself
     skipped_reason: str | None = None
     rewritten: bool = False
+    member_findings: list[tuple[str, int, str]] = field(default_factory=list)  # (member, line, kind)
+    unreadable: list[tuple[str, str]] = field(default_factory=list)  # (member or "", reason)
+    bytes_decompressed: int = 0
 
 
 def _scan_stream_file(path: Path, source: BinaryIO, kind: FileType, redactor: Redactor, check: bool,
@@ -113,7 +128,19 @@ def scan_file(path: Path, rel: str, redactor: Redactor, *, check: bool) -> FileO
             info = os.fstat(source.fileno())
             kind = classify(path.name, source.read(SNIFF_SIZE), info.st_size)
             if kind.handling == "binary":
-                return FileOutcome([], f"not scanned: binary ({kind.detail})")
+                return FileOutcome([], unreadable=[("", f"not scanned: binary ({kind.detail})")])
+            if kind.handling == "verbatim":
+                outcome = _scan_stream_file(path, source, FileType("text"), redactor, True, info.st_mode)
+                if outcome.findings and not check:
+                    raise RlkeepError(f"{rel}: credential-shaped text inside a {kind.detail} file; rlkeep cannot "
+                                      "rewrite this format, so nothing was changed: rebuild it without the "
+                                      "credential or remove it, then rerun")
+                return outcome
+            if kind.handling == "no_text":
+                return FileOutcome([], f"not scanned: {kind.detail} (a kind that carries no text)")
+            if kind.handling == "container":
+                source.seek(0)
+                return scan_container_file(path, rel, source, redactor, check=check, mode=info.st_mode)
             if kind.handling == "safetensors":
                 return _scan_safetensors(path, rel, source, redactor, check, info.st_mode)
             return _scan_stream_file(path, source, kind, redactor, check, info.st_mode)
@@ -158,7 +185,13 @@ def redact_tree(root: str | Path, redactor: Redactor, *, check: bool = False) ->
             continue
         outcome = scan_file(path, rel, redactor, check=check)
         report.findings.extend(Finding(kind, rel, line) for line, kind in outcome.findings)
-        if outcome.skipped_reason:
+        report.findings.extend(Finding(kind, rel, line, member) for member, line, kind in outcome.member_findings)
+        report.unreadable.extend((member_path(rel, member) if member else rel, reason)
+                                 for member, reason in outcome.unreadable)
+        report.bytes_decompressed += outcome.bytes_decompressed
+        if any(member == "" for member, _ in outcome.unreadable):
+            pass  # the file as a whole could not be read: listed as unreadable, not as scanned
+        elif outcome.skipped_reason:
             report.files_skipped.append((rel, outcome.skipped_reason))
         else:
             report.files_scanned += 1
@@ -172,38 +205,76 @@ def redact_tree(root: str | Path, redactor: Redactor, *, check: bool = False) ->
 
 
 def redact_tar(source_tar: str | Path, dest_tar: str | Path, redactor: Redactor, *, work_dir: str | Path) -> dict:
-    """Copy a tar member by member, redacting every text member (binary members are copied as
-    they are and counted), keeping member names, order and metadata. Returns the findings
+    """Copy a tar, redacting every text member and every member inside a container member (a
+    compressed log, a zip of agent outputs), keeping member names, order and metadata. A member
+    that cannot be opened or rewritten (encrypted zip, bomb, corrupt container) stops it, naming
+    the member; other binary members are copied as they are and counted. Returns the findings
     (kind, member, line; never the value). dest_tar appears only when complete."""
     source_tar, dest_tar, work_dir = Path(source_tar), Path(dest_tar), Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     partial = dest_tar.with_name(f".{dest_tar.name}.part")
-    findings: list[dict] = []
-    members = binary = 0
+    scan = Walker(redactor, work_dir=work_dir)
+    with open(source_tar, "rb") as source:
+        _process_or_refuse(scan, source, source_tar.name, str(source_tar))
+        refused = [(where, reason) for where, reason in scan.unreadable if not reason.startswith("not scanned: binary")]
+        if refused:
+            where, reason = refused[0]
+            raise RlkeepError(f"{source_tar}: member {where}: {reason}; rlkeep cannot read or redact it, so nothing "
+                              "from this tree is archived: remove or re-pack that file at the source and rerun")
+        try:
+            with open(partial, "wb") as out:
+                if scan.findings:
+                    source.seek(0)
+                    rewrite = Walker(redactor, work_dir=work_dir, dirty=frozenset(w for w, _, _ in scan.findings))
+                    _process_or_refuse(rewrite, source, source_tar.name, str(source_tar), out)
+                else:
+                    source.seek(0)
+                    shutil.copyfileobj(source, out, CHUNK_SIZE)
+            os.replace(partial, dest_tar)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+    members = {where.split(SEPARATOR, 1)[0] for where, _, _ in scan.findings}
+    return {"source": str(source_tar), "binary_members": len(scan.unreadable),
+            "members_redacted": len(members), "bytes_decompressed": scan.budget.decompressed,
+            "findings": [{"kind": kind, "member": where, "line": line} for where, line, kind in scan.findings]}
+
+
+def _process_or_refuse(walker: Walker, source: BinaryIO, name: str, label: str, out: BinaryIO | None = None) -> None:
     try:
-        with tarfile.open(source_tar, "r:*") as src, tarfile.open(partial, "w", format=tarfile.PAX_FORMAT) as dst:
-            for member in src:
-                if not member.isfile():
-                    dst.addfile(member)
-                    continue
-                members += 1
-                scratch = work_dir / Path(member.name).name  # the name matters for classification
-                with src.extractfile(member) as body, open(scratch, "wb") as handle:  # type: ignore[union-attr]
-                    shutil.copyfileobj(body, handle, CHUNK_SIZE)
-                outcome = scan_file(scratch, member.name, redactor, check=False)
-                if outcome.skipped_reason and not outcome.findings:
-                    binary += 1
-                findings += [{"kind": kind, "member": member.name, "line": line} for line, kind in outcome.findings]
-                copy = tarfile.TarInfo(member.name)
-                copy.size = scratch.stat().st_size
-                copy.mtime, copy.mode, copy.uid, copy.gid = member.mtime, member.mode, member.uid, member.gid
-                copy.uname, copy.gname = member.uname, member.gname
-                with open(scratch, "rb") as handle:
-                    dst.addfile(copy, handle)
-                scratch.unlink()
-        os.replace(partial, dest_tar)
+        walker.process(source, name, "", out)
+    except Refused as error:
+        raise RlkeepError(f"{label}: {error}; rlkeep cannot read or redact it, so it is not published") from None
+
+
+def scan_container_file(path: Path, rel: str, source: BinaryIO, redactor: Redactor, *, check: bool,
+                        mode: int) -> FileOutcome:
+    """A container on disk: scanned inside; with findings (and not `check`) rewritten in place
+    with the members redacted, or, when part of it cannot be read, refused naming the member."""
+    scan = Walker(redactor, work_dir=path.parent)
+    try:
+        scan.process(source, path.name, "", None, size=os.fstat(source.fileno()).st_size)
+    except Refused as error:
+        scan.unreadable.append(("", str(error)))
+    outcome = FileOutcome([], member_findings=scan.findings, unreadable=scan.unreadable,
+                          bytes_decompressed=scan.budget.decompressed)
+    if check or not scan.findings:
+        return outcome
+    refused = [(where, reason) for where, reason in scan.unreadable if not reason.startswith("not scanned: binary")]
+    if refused:
+        where, reason = refused[0]
+        raise RlkeepError(f"{rel}: {where or 'the file'}: {reason}; credential-shaped text was found in it and it "
+                          "cannot be rewritten safely, so nothing was changed: remove or re-pack it and rerun")
+    fd, tmp = temp_beside(path)
+    handle = os.fdopen(fd, "wb")
+    try:
+        source.seek(0)
+        rewrite = Walker(redactor, work_dir=path.parent, dirty=frozenset(where for where, _, _ in scan.findings))
+        _process_or_refuse(rewrite, source, path.name, rel, handle)
+        install(tmp, handle, path, mode)
     except BaseException:
-        partial.unlink(missing_ok=True)
+        handle.close()
+        Path(tmp).unlink(missing_ok=True)
         raise
-    return {"source": str(source_tar), "members": members, "binary_members": binary,
-            "members_redacted": len({f["member"] for f in findings}), "findings": findings}
+    return FileOutcome([], rewritten=True, member_findings=scan.findings, unreadable=scan.unreadable,
+                       bytes_decompressed=scan.budget.decompressed)
