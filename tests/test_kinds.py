@@ -44,9 +44,9 @@ def test_every_kind_names_real_steps_and_rl_runs_them_all() -> None:
                 "publish_traces"} & set(spec_for("sft").steps)
     assert spec_for("eval").trace_tree == "eval_jobs" and spec_for("eval").trial_depth == 2
     assert spec_for("sft").expected_archive_trees == ("logs/",)
-    assert spec_for("datagen").verify_sentinels == ("traces", "archive")
+    assert spec_for("datagen").verify_sentinels == ("traces", "archive", "restore")
     # rl: the uploaded model, the traces, the card that links them (after both), the archive
-    assert spec_for("rl").verify_sentinels == ("model_upload", "traces", "model", "archive")
+    assert spec_for("rl").verify_sentinels == ("model_upload", "traces", "model", "archive", "restore")
     assert names.index("link_model_card") > max(names.index("publish_model"), names.index("publish_traces"))
     assert spec_for("eval").trial_of("tb/trial__abc/agent/trajectory.json") == ("tb/trial__abc", "agent/trajectory.json")
     assert spec_for("eval").trial_of("tb/result.json") is None
