@@ -184,6 +184,7 @@ def _hub_reader(base: str, name: str, revision: str | None) -> Iterator[IO[bytes
     from rlkeep.hub.client import resolve_target
 
     target = resolve_target()
+    target.api()  # Xet off and the Hub's 429s waited out, as for every other Hub call
     parts = base[len(HF_DATASET_PREFIX):].strip("/").split("/")
     repo_id, folder = "/".join(parts[:2]), "/".join(parts[2:])
     filesystem = HfFileSystem(endpoint=target.endpoint, token=target.token if target.token else False)

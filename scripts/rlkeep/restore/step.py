@@ -45,7 +45,7 @@ def rehearse_restore_step(ctx: StepContext) -> None:
     spec = ctx.record.spec
     tree = _fresh_folder(ctx, ".work/rehearse_restore/tree")
     try:
-        restored = restore_archive(location_from_job_dir(ctx.job_dir, ctx.job), LocalTarget(tree))
+        restored = restore_archive(location_from_job_dir(ctx.job_dir, ctx.job), LocalTarget(tree, durable=False))
         problems = list(restored.problems)
         if restored.manifest_bytes != ctx.inputs["manifest"].read_bytes():
             problems.append(f"the MANIFEST at {restored.manifest_source} differs from {ctx.inputs['manifest']}")
