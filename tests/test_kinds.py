@@ -287,7 +287,7 @@ def test_datagen_publishes_its_traces_and_archives_to_a_hub_dataset(tmp_path: Pa
     assert done["steps"]["publish_traces"] == "completed" and done["steps"]["publish_model"] == "not_applicable"
     assert done["destinations"]["traces"] == f"demo/{job}-traces" and done["destinations"]["model"] is None
     assert done["verification"] == {"model_upload": "not_applicable", "model": "not_applicable", "traces": "completed",
-                                    "archive": "completed"}
+                                    "archive": "completed", "restore": "completed"}
     assert done["steps"]["link_model_card"] == "not_applicable"
     traces = json.loads((data_root / job / "sync" / "trace_jobs.manifest.json").read_text())
     assert traces["trials_started"] == run.trials_started and traces["trials_completed"] == run.trials_completed
