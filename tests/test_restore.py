@@ -192,3 +192,15 @@ def test_where_the_archive_is_comes_from_the_verify_sentinel(tmp_path: Path) -> 
     assert location_from_job_dir(job_dir, JOB).base == (job_dir / "archive").as_uri()
     with pytest.raises(RlkeepError, match="--from 'http://x': expected s3://"):
         location_from_url("http://x", JOB)
+
+
+def test_without_a_data_root_the_message_says_to_name_the_destination_and_that_works(tmp_path: Path) -> None:
+    dest = (tmp_path / "dest").as_uri()
+    _, manifest = uploaded(tmp_path / "run", dest)
+    here = tmp_path / "elsewhere"
+    here.mkdir()
+    refused = run_cli(JOB, cwd=here)
+    assert refused.returncode == 1 and f"rlkeep restore {JOB} --from <archive.dest URL>" in refused.stderr
+    followed = run_cli(JOB, "--from", dest, cwd=here)  # the same command with the destination named
+    assert followed.returncode == 0, followed.stderr
+    assert (here / f"{JOB}-restored" / "MANIFEST").read_bytes() == manifest.read_bytes()
