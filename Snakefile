@@ -16,6 +16,7 @@
 #   <job>/stage/traces/, verify/traces.json ........... rules/publish.smk
 #   <job>/archive/<job>_archive.tgz, MANIFEST .......... rules/archive.smk
 #   <job>/verify/archive.json, register.json, reclaim.json  rules/archive.smk
+#   <job>/verify/restore.json, <job>/restore/DONE ...... rules/archive.smk (restore rehearsal, restore)
 #   <job>/DONE, <job>/REPORT.md, <job>/STATUS.json ....... rules/report.smk
 #   campaign/index.html, campaign/<job>.html ........... rules/campaign.smk (and after every invocation)
 # Each rule runs one function of the `rlkeep` package (scripts/rlkeep/) through

@@ -37,6 +37,45 @@ rule verify_archive:
         RUN_STEP
 
 
+# The restore rehearsal: the archive read back from where verify_archive verified it, restored into
+# scratch and held to what it was built from; reclamation waits on its sentinel (verify/restore.json).
+
+
+rule rehearse_restore:
+    input:
+        unpack(get_rehearse_restore_inputs),
+    output:
+        verify="{job}/verify/restore.json",
+    log:
+        "{job}/logs/rehearse_restore.log",
+    conda:
+        RLKEEP_ENV
+    resources:
+        net_io=1,
+    script:
+        RUN_STEP
+
+
+# On demand, never part of DONE: the run's informative tree restored from its archive into
+# <job>/restore/tree/ (`rlkeep restore <job> --from URL` does the same without a data root).
+
+
+rule restore:
+    input:
+        archive="{job}/verify/archive.json",
+        manifest="{job}/archive/MANIFEST",
+    output:
+        done="{job}/restore/DONE",
+    log:
+        "{job}/logs/restore.log",
+    conda:
+        RLKEEP_ENV
+    resources:
+        net_io=1,
+    script:
+        RUN_STEP
+
+
 # Registration (runbook step 6): only when the record says register.authorized, and only of a
 # complete publication: verify/model.json (the card links the verified trace dataset).
 

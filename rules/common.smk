@@ -49,7 +49,12 @@ from rlkeep.steps import is_authorized
 #   archive            logs.tar, the trace tarball (kinds with a trace tree), chain/retries/manifests; not
 #                      the metric surface (a malformed trainer log must not block preservation).
 #   verify_archive     the archive and its MANIFEST.
-#   reclaim            every verify sentinel of the kind + the sync manifests: delete only what is preserved.
+#   rehearse_restore   verify/archive.json (where the verified copy is) + the archive's own inputs (what it
+#                      is compared with) + metrics.csv and trials.csv when the kind has them (the run's tools
+#                      must agree on the restored tree).
+#   reclaim            every verify sentinel of the kind (verify/restore.json included) + the sync
+#                      manifests: delete only what is preserved and was restored in rehearsal.
+#   restore            verify/archive.json + MANIFEST: on demand only (<job>/restore/DONE), never in DONE.
 #   done               every step's evidence (rlkeep.pipeline.STEPS): DONE is the proof that all passed;
 #                      STATUS.json (onsuccess/onerror) is the record when something is blocked.
 
@@ -343,6 +348,22 @@ def get_archive_inputs(wildcards):
             traces=f"{job}/sync/trace_jobs.tar",
             traces_manifest=f"{job}/sync/trace_jobs.manifest.json",
         )
+    return inputs
+
+
+def get_rehearse_restore_inputs(wildcards):
+    """Where the verified archive is, what it was built from, and the tables the restored tree must give."""
+    job = wildcards.job
+    kind = get_kind(job)
+    inputs = {
+        "archive": f"{job}/verify/archive.json",
+        "manifest": f"{job}/archive/MANIFEST",
+        **get_archive_inputs(wildcards),
+    }
+    if kind.applies("metric_surface"):
+        inputs["metrics"] = f"{job}/metrics/metrics.csv"
+    if kind.applies("trial_table"):
+        inputs["trials"] = f"{job}/metrics/trials.csv"
     return inputs
 
 

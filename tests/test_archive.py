@@ -183,8 +183,10 @@ def test_build_keeps_everything_informative_and_lists_every_artifact(tmp_path: P
     assert {n for n, f in listed.items() if f[0] == "kept"} == set(kept) | rlkeep_members
     for name, (data, reason) in skipped.items():
         assert listed[name] == ["skipped", str(len(data)), name, reason]
-    for name, data in kept.items():
-        assert listed[name] == ["kept", str(len(data)), name]
+    for name, data in kept.items():  # each kept line carries the sha256 of the bytes archived
+        assert listed[name] == ["kept", str(len(data)), name, hashlib.sha256(data).hexdigest()]
+    for name in rlkeep_members:
+        assert listed[name][3] == hashlib.sha256(contents[name]).hexdigest()
 
     assert evidence["kept_files"] == len(kept) + len(rlkeep_members) and evidence["kept_bytes"] == kept_bytes
     assert evidence["skipped_files"] == len(skipped)
@@ -310,7 +312,7 @@ def rewrite_manifest(manifest: Path, edit) -> None:
 
 @pytest.mark.parametrize(("edit", "problem"), [
     (lambda body: body + ["kept\t5\tlogs/store/never-archived.txt"], "kept member logs/store/never-archived.txt is missing"),
-    (lambda body: [l.replace("kept\t", "skipped\t", 1) + "\tweights" if "result.json" in l else l for l in body],
+    (lambda body: ["\t".join(["skipped", *l.split("\t")[1:3], "weights"]) if "result.json" in l else l for l in body],
      r"skipped member trace_jobs/task-\S+/result.json \(weights\) is in the archive"),
     (lambda body: [l.replace("kept\t2\t", "kept\t3\t") for l in body], "has 2 bytes in the archive, MANIFEST says 3"),
     (lambda body: [l for l in body if "trial.log" not in l], "is not listed as kept in the MANIFEST"),
@@ -539,3 +541,12 @@ def test_pipeline_refuses_a_cross_region_archive_destination_until_allowed(tmp_p
     assert {sentinel["transfer"]["source_region"]["source"], sentinel["transfer"]["dest_region"]["source"]} == {
         "record field store_region", "record field archive.region"}
     assert sorted(i.key for i in open_store(dest).list()) == ["rl-demo/MANIFEST", "rl-demo/rl-demo_archive.tgz"]
+
+
+def test_manifest_lines_without_a_digest_still_parse_and_a_bad_digest_is_named() -> None:
+    head = "run=x kind=rl cluster=c jobs=a dates=none..none kept=2files,3bytes skipped=0files,0bytes tracker=none"
+    digest = hashlib.sha256(b"ab").hexdigest()
+    _, entries = parse_manifest(f"{head}\nkept\t2\tlogs/a\t{digest}\nkept\t1\tlogs/b\n", "MANIFEST")
+    assert [(e.member, e.sha256) for e in entries] == [("logs/a", digest), ("logs/b", None)]
+    with pytest.raises(RlkeepError, match=r"MANIFEST: line 2: .*expected kept<TAB>size<TAB>member\[<TAB>sha256\]"):
+        parse_manifest(f"{head}\nkept\t2\tlogs/a\tnot-a-digest\n", "MANIFEST")

@@ -44,9 +44,9 @@ def test_every_kind_names_real_steps_and_rl_runs_them_all() -> None:
                 "publish_traces"} & set(spec_for("sft").steps)
     assert spec_for("eval").trace_tree == "eval_jobs" and spec_for("eval").trial_depth == 2
     assert spec_for("sft").expected_archive_trees == ("logs/",)
-    assert spec_for("datagen").verify_sentinels == ("traces", "archive")
+    assert spec_for("datagen").verify_sentinels == ("traces", "archive", "restore")
     # rl: the uploaded model, the traces, the card that links them (after both), the archive
-    assert spec_for("rl").verify_sentinels == ("model_upload", "traces", "model", "archive")
+    assert spec_for("rl").verify_sentinels == ("model_upload", "traces", "model", "archive", "restore")
     assert names.index("link_model_card") > max(names.index("publish_model"), names.index("publish_traces"))
     assert spec_for("eval").trial_of("tb/trial__abc/agent/trajectory.json") == ("tb/trial__abc", "agent/trajectory.json")
     assert spec_for("eval").trial_of("tb/result.json") is None
@@ -287,7 +287,7 @@ def test_datagen_publishes_its_traces_and_archives_to_a_hub_dataset(tmp_path: Pa
     assert done["steps"]["publish_traces"] == "completed" and done["steps"]["publish_model"] == "not_applicable"
     assert done["destinations"]["traces"] == f"demo/{job}-traces" and done["destinations"]["model"] is None
     assert done["verification"] == {"model_upload": "not_applicable", "model": "not_applicable", "traces": "completed",
-                                    "archive": "completed"}
+                                    "archive": "completed", "restore": "completed"}
     assert done["steps"]["link_model_card"] == "not_applicable"
     traces = json.loads((data_root / job / "sync" / "trace_jobs.manifest.json").read_text())
     assert traces["trials_started"] == run.trials_started and traces["trials_completed"] == run.trials_completed

@@ -99,7 +99,7 @@ def test_full_run_publishes_verifies_archives_and_leaks_nothing(data_root: Path,
     assert set(before) == set(after) and {p for p in after if after[p] != before[p]} == {"README.md"}
     assert verify["training_traces_link"]["traces_commit"] == done["destinations"]["traces_commit"]
     assert done["verification"] == {"model_upload": "completed", "model": "completed", "traces": "completed",
-                                    "archive": "completed"}
+                                    "archive": "completed", "restore": "completed"}
 
     # No planted secret, in any form we planted it, reaches a destination.
     hub_bytes = [data for _, _, data in stored_blobs(hub_server.root)]

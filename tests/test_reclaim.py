@@ -53,10 +53,14 @@ def test_never_acts_without_authority_and_every_sentinel(authorized, sentinels) 
 def test_decision_reasons_name_what_is_missing() -> None:
     ok = {"status": "completed"}
     assert reclaim_decision(authorized=True, verify_sentinels={"model": ok, "traces": {"status": "not_applicable"},
-                                                                "archive": ok}) == (
-        True, "authorized for this job and verified: model completed, traces not_applicable, archive completed")
+                                                                "archive": ok, "restore": ok}) == (
+        True, "authorized for this job and verified: model completed, traces not_applicable, archive completed, "
+              "restore completed")
     acts, reason = reclaim_decision(authorized=True, verify_sentinels={"model": ok, "traces": None})
-    assert not acts and reason == "verify sentinel missing: verify/traces.json, verify/archive.json"
+    assert not acts and reason == "verify sentinel missing: verify/traces.json, verify/archive.json, verify/restore.json"
+    # the archive verified but its restore never rehearsed: no reclamation
+    acts, reason = reclaim_decision(authorized=True, verify_sentinels={"model": ok, "traces": ok, "archive": ok})
+    assert not acts and reason == "verify sentinel missing: verify/restore.json"
     acts, reason = reclaim_decision(authorized=False, verify_sentinels={"model": ok, "traces": ok, "archive": ok})
     assert not acts and reason.startswith("reclamation is not authorized for this job")
 
@@ -267,6 +271,14 @@ def reclaim_context(tmp_path: Path, bucket: str, *, archive_trees: tuple[str, ..
         inputs={"tgz": job / "archive/rl-demo_archive.tgz", "manifest": job / "archive/MANIFEST"},
         outputs={"verify": job / "verify/archive.json"}, settings={"dest": data["archive"]["dest"]},
         config={"policy": {"max_transfer_bytes": 0}}))
+    # the real restore rehearsal: the archive read back from s3://<bucket>/archives, held to its sources
+    from rlkeep.restore.step import rehearse_restore_step
+
+    rehearse_restore_step(StepContext(
+        job="rl-demo", record=record, data_root=tmp_path,
+        inputs={"manifest": job / "archive/MANIFEST", "chain": chain,
+                **{key: tars[name] for key, name in (("logs", "logs"), ("traces", "trace_jobs")) if name in archive_trees}},
+        outputs={"verify": job / "verify/restore.json"}))
     sentinels = {"model_upload": {"status": "completed", "repo_id": "org/rl-demo", "commit": "c" * 40},
                  "model": {"status": "completed", "repo_id": "org/rl-demo", "commit": "a" * 40},
                  "traces": {"status": "completed", "repo_id": "org/rl-demo-traces", "commit": "b" * 40}}
@@ -275,7 +287,8 @@ def reclaim_context(tmp_path: Path, bucket: str, *, archive_trees: tuple[str, ..
     ctx = StepContext(
         job="rl-demo", record=record, data_root=tmp_path,
         inputs={"model_upload": job / "verify/model_upload.json", "model": job / "verify/model.json",
-                "traces": job / "verify/traces.json", "archive": job / "verify/archive.json", "logs_manifest": tmp_path / "sync/logs.manifest.json",
+                "traces": job / "verify/traces.json", "archive": job / "verify/archive.json",
+                "restore": job / "verify/restore.json", "logs_manifest": tmp_path / "sync/logs.manifest.json",
                 "traces_manifest": tmp_path / "sync/trace_jobs.manifest.json",
                 "archive_manifest": job / "archive/MANIFEST"},
         outputs={"reclaim": job / "reclaim.json"}, settings={"authorized": True})

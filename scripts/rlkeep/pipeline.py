@@ -119,9 +119,15 @@ PIPELINE: tuple[Step, ...] = (
     Step("verify_archive", "rlkeep.archive.step:verify_archive_step", ALL_KINDS, 2000, 240,
          evidence="verify/archive.json",
          verify="archive", remaining="make archive.dest reachable or fix the mismatch named in the log, then rerun"),
+    Step("rehearse_restore", "rlkeep.restore.step:rehearse_restore_step", ALL_KINDS, 2000, 240,
+         evidence="verify/restore.json", verify="restore",
+         remaining="fix what the restore rehearsal names (a changed or missing archive member: rebuild and upload "
+                   "the archive with --forcerun archive), then rerun"),
     Step("reclaim", "rlkeep.reclaim:reclaim_step", ALL_KINDS, 2000, 240, evidence="reclaim.json",
          remaining="rerun with --config reclaim_authorized=<job> once every verification passed"),
     Step("done", "rlkeep.report:done_step", ALL_KINDS, 1000, 15),
+    # on demand, not part of DONE: `<job>/restore/DONE`, the archive restored into <job>/restore/tree/
+    Step("restore", "rlkeep.restore.step:restore_step", ALL_KINDS, 2000, 240),
 )
 
 STEPS: tuple[Step, ...] = tuple(step for step in PIPELINE if step.evidence is not None)

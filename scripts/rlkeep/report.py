@@ -294,7 +294,7 @@ def build_completion_record(job_dir: Path, record: JobRecord,
         "verification": {name: ((_optional_json(job_dir / "verify" / f"{name}.json") or {}).get("status")
                                 or steps.get(verify_steps[name], {}).get("status"))
                          if name in record.spec.verify_sentinels else "not_applicable"
-                         for name in ("model_upload", "model", "traces", "archive")},
+                         for name in ("model_upload", "model", "traces", "archive", "restore")},
         "reclaimed": {"bytes": reclaim.get("deleted_bytes", 0), "keys": reclaim.get("deleted_keys", 0),
                       "status": reclaim.get("status"), "reason": reclaim.get("reason")},
         "remaining_work": remaining,

@@ -14,8 +14,8 @@ import os
 import tarfile
 import zlib
 from collections.abc import Iterator
-from contextlib import ExitStack
-from dataclasses import dataclass
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -158,7 +158,42 @@ def _open_and_plan(stack: ExitStack, sources: list[tuple[str, Path]], extra_file
     duplicate = next((a for a, b in zip(names, names[1:]) if a == b), None)
     if duplicate is not None:
         raise RlkeepError(f"archive: member {duplicate!r} would be written twice; check extra_files names")
-    return tars, planned
+    return tars, [_with_digest(item, tars, sources) for item in planned]
+
+
+def _with_digest(item: Planned, tars: list[tarfile.TarFile], sources: list[tuple[str, Path]]) -> Planned:
+    """The planned member with the sha256 of its bytes in the MANIFEST line.
+
+    The MANIFEST is the archive's first member, so its digests are taken in a reading pass before
+    the archive is written (the sources are local files, just written by redaction).
+    """
+    if item.entry.reason is not None:
+        return item
+    digest = hashlib.sha256()
+    with _member_body(item, tars, sources) as body:
+        for chunk in iter(lambda: body.read(1 << 20), b""):
+            digest.update(chunk)
+    return replace(item, entry=replace(item.entry, sha256=digest.hexdigest()))
+
+
+@contextmanager
+def _member_body(item: Planned, tars: list[tarfile.TarFile], sources: list[tuple[str, Path]]) -> Iterator[IO[bytes]]:
+    """A reader of a kept member's bytes: the job file, or its member of a source tar."""
+    if item.path is not None:
+        with open(item.path, "rb") as handle:
+            yield _ExactReader(handle, item.entry.size, str(item.path))  # type: ignore[misc]
+        return
+    assert item.tar_index is not None and item.tarinfo is not None
+    source_path = sources[item.tar_index][1]
+    try:
+        body = tars[item.tar_index].extractfile(item.tarinfo)
+        if body is None:
+            raise RlkeepError(f"{source_path}: member {item.tarinfo.name!r} has no data")
+        with body:
+            yield body
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as error:
+        raise RlkeepError(f"{source_path}: member {item.tarinfo.name!r} could not be read ({error}); "
+                          "the sync tar is truncated or corrupt: rerun the sync step") from None
 
 
 def _write_tgz(out_tgz: Path, manifest_bytes: bytes, planned: list[Planned], tars: list[tarfile.TarFile],

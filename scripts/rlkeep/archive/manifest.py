@@ -1,10 +1,11 @@
 """The archive's MANIFEST and the skip rule it records: which members stay out of the archive and
-why, the summary line, one line per artifact (kept or skipped, with its size), and the parser
-verification and reclamation read it back with.
+why, the summary line, one line per artifact (kept with its size and sha256, or skipped with its size and reason), and
+the parser verification, restore and reclamation read it back with.
 """
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -29,6 +30,7 @@ CORE_TEXT_SUFFIXES = frozenset({
     "rb", "php", "kt", "swift", "scala", "lua", "r", "xml", "proto", "tex",
 })
 TERMINAL_RECORDINGS = ("*.pane", "recording.cast")
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 # --------------------------------------------------------------------------- the skip rule
@@ -133,10 +135,14 @@ class ManifestEntry:
     member: str
     size: int
     reason: str | None  # None: kept
+    # of the member's bytes as archived (after redaction), so a restore can check each file from
+    # the MANIFEST alone; None in a MANIFEST written before the column existed
+    sha256: str | None = None
 
     def line(self) -> str:
         if self.reason is None:
-            return f"kept\t{self.size}\t{_escape(self.member)}"
+            digest = "" if self.sha256 is None else f"\t{self.sha256}"
+            return f"kept\t{self.size}\t{_escape(self.member)}{digest}"
         return f"skipped\t{self.size}\t{_escape(self.member)}\t{self.reason}"
 
 
@@ -170,12 +176,15 @@ def parse_manifest(text: str, where: str) -> tuple[dict[str, str], list[Manifest
             if fields[0] == "kept" and len(fields) == 3:
                 entries.append(ManifestEntry(_unescape(fields[2]), int(fields[1]), None))
                 continue
+            if fields[0] == "kept" and len(fields) == 4 and SHA256_HEX.fullmatch(fields[3]):
+                entries.append(ManifestEntry(_unescape(fields[2]), int(fields[1]), None, fields[3]))
+                continue
             if fields[0] == "skipped" and len(fields) == 4 and fields[3]:
                 entries.append(ManifestEntry(_unescape(fields[2]), int(fields[1]), fields[3]))
                 continue
         except ValueError:
             pass
-        raise RlkeepError(f"{where}: line {number}: {line[:200]!r}; expected kept<TAB>size<TAB>member "
+        raise RlkeepError(f"{where}: line {number}: {line[:200]!r}; expected kept<TAB>size<TAB>member[<TAB>sha256] "
                           "or skipped<TAB>size<TAB>member<TAB>reason")
     return summary, entries
 

@@ -17,6 +17,12 @@ from rlkeep.steps import StepContext, check_transfer
 
 log = logging.getLogger("rlkeep.archive")
 
+# The job files the archive carries under rlkeep/ (member name, input key of the archive rule);
+# the record follows them as rlkeep/records/<job>.yaml. The restore rehearsal compares the same list.
+ARCHIVED_JOB_FILES = (("chain.json", "chain"), ("retries.json", "retries"),
+                      ("sync/logs.manifest.json", "logs_manifest"),
+                      ("sync/trace_jobs.manifest.json", "traces_manifest"))
+
 
 def archive_step(ctx: StepContext) -> None:
     """`<job>/archive/<job>_archive.tgz` + `MANIFEST`: everything informative, never weights or dumps.
@@ -29,10 +35,7 @@ def archive_step(ctx: StepContext) -> None:
 
     spec = ctx.record.spec
     chain = read_json(ctx.inputs["chain"])
-    extra = [(name, ctx.inputs[key]) for name, key in (
-        ("chain.json", "chain"), ("retries.json", "retries"),
-        ("sync/logs.manifest.json", "logs_manifest"), ("sync/trace_jobs.manifest.json", "traces_manifest"))
-        if key in ctx.inputs]
+    extra = [(name, ctx.inputs[key]) for name, key in ARCHIVED_JOB_FILES if key in ctx.inputs]
     extra.append((f"records/{ctx.record.path.name}", ctx.record.path))
     trees = [("logs", "logs")]
     if spec.archive_tree is not None:

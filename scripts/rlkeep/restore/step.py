@@ -1,0 +1,89 @@
+"""The restore pipeline steps: `rehearse_restore` (before reclaim: restore the archive from where
+verify_archive verified it into scratch and compare it with what it was built from) and `restore`
+(the on-demand target `<job>/restore/DONE`: the run's informative tree in `<job>/restore/tree/`).
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+
+from rlkeep.archive.manifest import iter_manifest_entries
+from rlkeep.archive.step import ARCHIVED_JOB_FILES
+from rlkeep.diskspace import TAR_OVERHEAD_PER_MEMBER, require_free
+from rlkeep.errors import RlkeepError
+from rlkeep.jsonio import write_json
+from rlkeep.restore.rehearsal import (
+    differing_job_files,
+    metric_surface_problems,
+    trial_table_problems,
+    unaccounted_sync_members,
+)
+from rlkeep.restore.run import restore_archive
+from rlkeep.restore.source import location_from_job_dir
+from rlkeep.restore.targets import LocalTarget
+from rlkeep.steps import StepContext
+
+log = logging.getLogger("rlkeep.restore")
+
+
+def _fresh_folder(ctx: StepContext, name: str):  # type: ignore[no-untyped-def]
+    """An empty folder for a restored tree, with room for the MANIFEST's kept bytes."""
+    folder = ctx.job_dir / name
+    shutil.rmtree(folder, ignore_errors=True)
+    entries = [e for e in iter_manifest_entries(ctx.inputs["manifest"]) if e.reason is None]
+    require_free(folder, sum(e.size + TAR_OVERHEAD_PER_MEMBER for e in entries), name)
+    folder.mkdir(parents=True)
+    return folder
+
+
+def rehearse_restore_step(ctx: StepContext) -> None:
+    """`<job>/verify/restore.json`: the archive, read again from its destination (streamed, never
+    stored whole), restores into scratch whole and agrees with its sources (rlkeep.restore.rehearsal).
+    Reclamation waits on this sentinel; any disagreement fails the step naming the file."""
+    started = time.monotonic()
+    spec = ctx.record.spec
+    tree = _fresh_folder(ctx, ".work/rehearse_restore/tree")
+    try:
+        restored = restore_archive(location_from_job_dir(ctx.job_dir, ctx.job), LocalTarget(tree, durable=False))
+        problems = list(restored.problems)
+        if restored.manifest_bytes != ctx.inputs["manifest"].read_bytes():
+            problems.append(f"the MANIFEST at {restored.manifest_source} differs from {ctx.inputs['manifest']}")
+        entries = {e.member: e for e in iter_manifest_entries(ctx.inputs["manifest"])}
+        sources = [("logs", ctx.inputs["logs"])]
+        if spec.archive_tree is not None:
+            sources.append((spec.archive_tree, ctx.inputs["traces"]))
+        problems += unaccounted_sync_members(sources, entries)
+        problems += differing_job_files(tree, [(f"rlkeep/{name}", ctx.inputs[key])
+                                               for name, key in ARCHIVED_JOB_FILES if key in ctx.inputs])
+        tools = []
+        if "metrics" in ctx.inputs:
+            problems += metric_surface_problems(tree, ctx.record.attempts, ctx.inputs["metrics"])
+            tools.append("metric surface = metrics/metrics.csv")
+        if "trials" in ctx.inputs and spec.archive_tree is not None:
+            problems += trial_table_problems(tree, spec.archive_tree, ctx.inputs["trials"])
+            tools.append("trial table = metrics/trials.csv")
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)
+    if problems:
+        raise RlkeepError(f"restore rehearsal of {restored.location.describe()} failed, so reclamation waits: "
+                          + "; ".join(problems) + ". Rebuild and upload the archive (--forcerun archive), then rerun")
+    evidence = restored.evidence()
+    write_json(ctx.outputs["verify"], {
+        **evidence, "status": "completed", "kind": spec.name, "tools_agree": tools,
+        "sync_members_accounted": [tree_name for tree_name, _ in sources],
+        "job_files_equal": [f"rlkeep/{name}" for name, key in ARCHIVED_JOB_FILES if key in ctx.inputs],
+        "seconds": round(time.monotonic() - started, 3), "scratch": "removed after the comparison"})
+    log.info("restore rehearsal: %d files (%d bytes) restored from %s and compared in %.1f s",
+             evidence["restored_files"], evidence["restored_bytes"], evidence["archive"], time.monotonic() - started)
+
+
+def restore_step(ctx: StepContext) -> None:
+    """`<job>/restore/DONE`: the archive restored into `<job>/restore/tree/` (replaced on each run),
+    every file checked against the MANIFEST. A missing or corrupt member fails the step naming it;
+    what could be restored stays in the tree."""
+    tree = _fresh_folder(ctx, "restore/tree")
+    restored = restore_archive(location_from_job_dir(ctx.job_dir, ctx.job), LocalTarget(tree))
+    if restored.problems:
+        raise RlkeepError(restored.message())
+    write_json(ctx.outputs["done"], restored.evidence())
