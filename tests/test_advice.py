@@ -1,0 +1,48 @@
+"""Advice from the real cause (issue 27): with metric_surface blocked, every step that has not run
+is told what holds it back (metric_surface, its reason, the command that continues it), never a
+remedy of its own; through the real pipeline, S3 server, Iris stand-in and Hub-compatible server.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rlkeep.storage import open_store
+from tests.conftest import run_snakemake, seed_example
+from tests.support.hub import hub_server  # noqa: F401 - fixture
+from tests.support.publishing import env_for, publish_overrides
+
+JOB = "rl-demo"
+# What a trainer prints before its first step: readable, and no metric line anywhere.
+NO_METRICS = ["starting trainer", "loading model Qwen/Qwen3-0.6B", "initialising the inference engines"]
+
+
+def test_every_remaining_step_of_a_run_blocked_at_metric_surface_names_it(data_root: Path, bucket: str, iris,
+                                                                           hub_server) -> None:
+    run, record = seed_example(data_root, bucket, iris, record_overrides=publish_overrides(bucket, data_root))
+    store = open_store(record["store"])
+    for slug in (job_id.rsplit("/", 1)[1] for job_id in run.chain):  # the store's copy of each attempt's log (the CLI's is not provably whole)
+        store.put_bytes(f"logs/{slug}.out", "".join(f"{line}\n" for line in NO_METRICS).encode())
+
+    result = run_snakemake(data_root, f"{JOB}/DONE", env=env_for(hub_server))
+    assert result.returncode != 0
+    status = json.loads((data_root / JOB / "STATUS.json").read_text())
+    assert status["blocked"] == ["metric_surface"], status["steps"]
+    reason = status["steps"]["metric_surface"]["reason"]
+    assert reason.startswith("no attempt of the chain logged metrics"), reason
+    surface_command = status["steps"]["metric_surface"] and next(
+        item["command"] for item in status["remaining_work"] if item["step"] == "metric_surface")
+    assert surface_command.endswith(f"{JOB}/metrics/metrics.csv")
+
+    held = [item for item in status["remaining_work"] if item["step"] != "metric_surface"]
+    assert {item["step"] for item in held} >= {"select_checkpoint", "export_model", "publish_model",
+                                               "link_model_card", "register", "reclaim"}
+    for item in held:
+        assert item["status"] == "pending" and item["blocked_by"] == "metric_surface", item
+        assert f"metric_surface is blocked: {reason}" in item["reason"], item
+        assert item["remaining"].startswith("metric_surface is blocked (no attempt of the chain logged metrics"), item
+        assert item["command"] == surface_command, item
+        assert "checkpoint.rule" not in item["remaining"] and "consolidate" not in item["remaining"], item
+    # the campaign page reads the same
+    page = (data_root / "campaign" / f"{JOB}.html").read_text()
+    assert "metric_surface is blocked" in page
