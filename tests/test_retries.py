@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlkeep.errors import RecordError, TransientError
+from rlkeep.errors import RecordError, RlkeepError, TransientError
 from rlkeep.pipeline import ALL_KINDS, Step
 from rlkeep.records import load_record
 from rlkeep.steps import StepContext, run_step
 from rlkeep.storage.failures import StoreUnavailable
 from tests.conftest import REPO, run_snakemake, write_record
+from tests.support.hub import hub_server, no_client_backoff  # noqa: F401 - fixtures
 
 JOB = "rl-demo"
 STARTED = "INFO step capture_chain (rlkeep.scheduler.steps:capture_chain_step) for job rl-demo"
@@ -98,3 +99,19 @@ def test_no_retries_when_the_operator_says_so(tmp_path: Path, monkeypatch: pytes
     FAILURES[JOB] = [StoreUnavailable("down")]
     assert run_step(FLAKY, ctx) == 1
     assert (ctx.job_dir / "tries.txt").read_text().count("try") == 1
+
+
+@pytest.mark.parametrize(("status", "transient"), [(503, True), (500, True), (403, False), (404, False)])
+def test_a_hub_answer_is_transient_only_when_another_try_may_change_it(
+        hub_server, tmp_path: Path, no_client_backoff: None, status: int, transient: bool) -> None:
+    """Through the real client and the Hub-compatible server: a 5xx that outlasts the client's own
+    retries is a TransientError (the step tries again); a 403 or 404 is permanent."""
+    from rlkeep.hub import download_fresh, publish_model
+    from tests.test_hub import hub_kwargs, stage_model
+
+    commit = publish_model(stage_model(tmp_path / "stage"), "laion/kinds", private=True, commit_message="x",
+                           **hub_kwargs(hub_server))["commit"]
+    hub_server.fail_next("download", 100, status=status)
+    with pytest.raises(RlkeepError, match=r"laion/kinds.*download") as raised:
+        download_fresh("laion/kinds", tmp_path / "dl", repo_type="model", revision=commit, **hub_kwargs(hub_server))
+    assert isinstance(raised.value, TransientError) is transient, raised.value

@@ -4,7 +4,8 @@ Every rule runs `scripts/run_step.py`; that adapter calls `run_from_snakemake`, 
 rule's row in rlkeep.pipeline's table by `snakemake.rule`, builds a StepContext (job, validated
 record, named inputs and outputs, settings) and calls the row's function. An RlkeepError ends the step with its
 message as the log's last line (`rlkeep: ...`) and exit status 1; the outputs are left
-unwritten, so Snakemake records the step as failed and a rerun resumes there.
+unwritten, so Snakemake records the step as failed and a rerun resumes there. A TransientError
+is tried again first (run_step), a bounded number of times; any other failure only once.
 """
 from __future__ import annotations
 
