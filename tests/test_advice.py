@@ -21,7 +21,8 @@ def test_every_remaining_step_of_a_run_blocked_at_metric_surface_names_it(data_r
                                                                            hub_server) -> None:
     run, record = seed_example(data_root, bucket, iris, record_overrides=publish_overrides(bucket, data_root))
     store = open_store(record["store"])
-    for slug in (job_id.rsplit("/", 1)[1] for job_id in run.chain):  # the store's copy of each attempt's log (the CLI's is not provably whole)
+    slugs = [job_id.rsplit("/", 1)[1] for job_id in run.chain]
+    for slug in slugs:  # the store's copy of each attempt's log (the CLI's is not provably whole)
         store.put_bytes(f"logs/{slug}.out", "".join(f"{line}\n" for line in NO_METRICS).encode())
 
     result = run_snakemake(data_root, f"{JOB}/DONE", env=env_for(hub_server))
@@ -32,7 +33,7 @@ def test_every_remaining_step_of_a_run_blocked_at_metric_surface_names_it(data_r
     assert reason.startswith("no attempt of the chain logged metrics"), reason
     surface_command = status["steps"]["metric_surface"] and next(
         item["command"] for item in status["remaining_work"] if item["step"] == "metric_surface")
-    assert surface_command.endswith(f"{JOB}/metrics/metrics.csv")
+    assert surface_command.endswith(f"{JOB}/metrics/metrics.csv --forcerun sync_logs")
 
     held = [item for item in status["remaining_work"] if item["step"] != "metric_surface"]
     assert {item["step"] for item in held} >= {"select_checkpoint", "export_model", "publish_model",
@@ -46,3 +47,24 @@ def test_every_remaining_step_of_a_run_blocked_at_metric_surface_names_it(data_r
     # the campaign page reads the same
     page = (data_root / "campaign" / f"{JOB}.html").read_text()
     assert "metric_surface is blocked" in page
+
+    # Followed: the operator puts the trainer logs back where the run keeps them and runs the command
+    # every held step names; it goes on, and then so does `continue`.
+    for slug in slugs:
+        store.put_file(f"logs/{slug}.out", run.root / "logs" / f"{slug}.out")
+    env = env_for(hub_server)
+    fixed = run_snakemake(data_root, *after_profile(surface_command), env=env)
+    assert fixed.returncode == 0, fixed.stderr[-3000:]
+    assert (data_root / JOB / "metrics" / "metrics.csv").is_file()
+    status = json.loads((data_root / JOB / "STATUS.json").read_text())
+    assert status["blocked"] == [] and "blocked_by" not in status["steps"]["select_checkpoint"]
+    assert status["steps"]["select_checkpoint"]["reason"] == "has not run yet"
+    finished = run_snakemake(data_root, *after_profile(status["continue"]), env=env)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert (data_root / JOB / "DONE").is_file()
+
+
+def after_profile(command: str) -> list[str]:
+    """The words of a printed command after `--profile P` (run_snakemake gives its own Snakefile and profile)."""
+    words = command.split()
+    return words[words.index("--profile") + 2:]

@@ -64,6 +64,9 @@ class Step:
     evidence: str | None = None
     verify: str | None = None  # writes verify/<verify>.json, a sentinel reclamation waits on
     remaining: str = ""  # what an operator does when this step's own run failed
+    # rules its continue command forces: its fix is in data an earlier step already copied (the
+    # operator corrects the store's log; without the force, logs.tar would be read as it was)
+    forcerun: tuple[str, ...] = ()
     # the rules whose outputs this rule takes (rules/*.smk inputs), read by `parents`; an entry
     # "<rule> if <condition>" holds only for the records CONDITIONS names (the rule's input function)
     after: tuple[str, ...] = ()
@@ -92,15 +95,18 @@ PIPELINE: tuple[Step, ...] = (
          remaining="make the store's ckpts/ and exports/ listable, then rerun",
          after=("capture_chain", "stop_retries")),
     Step("metric_surface", "rlkeep.metrics.step:metric_surface_step", RL, 4000, 60, evidence="metrics/metrics.csv",
-         remaining="fix the trainer log named in the log, then rerun",
-         after=("sync_logs", "list_checkpoints")),
+         remaining="correct the trainer log named in the log where the run keeps it (the store's logs/ or the "
+                   "scheduler), then rerun: the command copies the logs again",
+         forcerun=("sync_logs",), after=("sync_logs", "list_checkpoints")),
     Step("trial_table", "rlkeep.metrics.step:trial_table_step", RL, 4000, 120, evidence="metrics/trials.csv",
-         remaining="fix the trace tarball named in the log (rerun sync_traces), then rerun",
-         after=("sync_traces",)),
+         remaining="correct the trace object named in the log in the store, then rerun: the command copies the "
+                   "traces again",
+         forcerun=("sync_traces",), after=("sync_traces",)),
     Step("generation_stats", "rlkeep.generation_stats:generation_stats_step", RL, 2000, 60,
          evidence="metrics/generation.md",
-         remaining="fix the trainer log tarball named in the log (rerun sync_logs), then rerun",
-         after=("sync_logs",)),
+         remaining="correct the log named in the log where the run keeps it, then rerun: the command copies the "
+                   "logs again",
+         forcerun=("sync_logs",), after=("sync_logs",)),
     Step("select_checkpoint", "rlkeep.checkpoints.step:select_checkpoint_step", RL, 1000, 15,
          evidence="checkpoint/selected.json",
          remaining="declare checkpoint.rule in the record (ema_max, latest or step) from the listed candidates, "

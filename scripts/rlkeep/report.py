@@ -305,6 +305,8 @@ def continue_command(job: str, step: Step | None, invocation: str) -> str:
     """The command that reruns a step (and whatever it waits on) from the data root."""
     target = f"{job}/{step.evidence}" if step is not None else f"{job}/DONE"
     command = f"{invocation} {target}"
+    if step is not None and step.forcerun:  # --forcerun and --config take every word after them: never both
+        command += f" --forcerun {' '.join(step.forcerun)}"
     if step is not None and step.name in AUTHORITY:
         command += f" --config {AUTHORITY[step.name]}={job}"
     return command
