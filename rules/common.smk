@@ -57,6 +57,8 @@ from rlkeep.steps import is_authorized
 #   restore            verify/archive.json + MANIFEST: on demand only (<job>/restore/DONE), never in DONE.
 #   done               every step's evidence (rlkeep.pipeline.STEPS): DONE is the proof that all passed;
 #                      STATUS.json (onsuccess/onerror) is the record when something is blocked.
+# rlkeep.pipeline's `after` column restates these edges for STATUS.json's causes; an edge added or
+# removed here fails tests/test_step_graph.py until the column says the same.
 
 
 ##### config #####

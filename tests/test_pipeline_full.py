@@ -217,7 +217,8 @@ def assert_model_published_without_the_link(data_root: Path, hub, record: dict, 
     assert status["artifacts"] == {
         "weights": "present", "tokenizer_configuration": "present", "training_logs": "present",
         "training_traces_link": "absent"}
-    assert "link_model_card" in status["blocked"] and "register" not in status["completed"]
+    assert "link_model_card" in status["pending"] and "register" not in status["completed"]
+    assert status["steps"]["link_model_card"]["blocked_by"] in {"publish_traces", "sync_traces"}
     return head
 
 
@@ -261,9 +262,10 @@ def test_the_card_links_the_traces_only_once_they_are_verified(data_root: Path, 
     assert "publish_traces" in status["blocked"]
     link = status["steps"]["link_model_card"]
     assert link["blocked_by"] == "publish_traces" and link["log"] == "logs/publish_traces.log"
-    assert link["reason"].startswith("waits for verify/traces.json (publish_traces); publish_traces is blocked: ")
+    assert link["reason"].startswith("waits for publish_traces (verify/traces.json); publish_traces is blocked: ")
     assert traces in link["reason"] and "public" in link["reason"]
-    assert "verify/traces.json" in link["remaining"]
+    assert link["remaining"].startswith("publish_traces is blocked (dataset repo ")
+    assert "fix the trace dataset" in link["remaining"]
 
     hub_api(hub_server).delete_repo(traces, repo_type="dataset")
     assert_a_rerun_links_the_card_in_one_readme_commit(
@@ -303,9 +305,10 @@ def test_what_holds_the_card_link_back_is_named_down_to_the_failed_trace_step(tm
     (job_dir / "logs" / "sync_traces.log").write_text(f"listing\nrlkeep: {sync_reason}\n")
     steps = collect_steps(job_dir, "rl")
     assert steps["publish_model"]["status"] == "completed"
-    for name, evidence in (("publish_traces", "sync/trace_jobs.manifest.json (sync_traces)"),
-                           ("link_model_card", "verify/traces.json (publish_traces)")):
-        assert steps[name]["status"] == "blocked" and steps[name]["blocked_by"] == "sync_traces", steps[name]
+    for name, evidence in (("publish_traces", "stage_traces"), ("link_model_card", "publish_traces (verify/traces.json)")):
+        # never run: pending, with the failed ancestor's name, reason, log and remedy (issue 27)
+        assert steps[name]["status"] == "pending" and steps[name]["blocked_by"] == "sync_traces", steps[name]
+        assert steps[name]["remaining"].startswith(f"sync_traces is blocked ({sync_reason}): fix the trace prefix")
         assert steps[name]["reason"] == f"waits for {evidence}; sync_traces is blocked: {sync_reason}"
         assert steps[name]["log"] == "logs/sync_traces.log"
 

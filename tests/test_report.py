@@ -5,7 +5,8 @@ import json
 from pathlib import Path
 
 from rlkeep.records import load_record
-from rlkeep.report import build_status, invocation_from_argv, render_report, write_status_for_jobs
+from rlkeep.pipeline import STEP_BY_NAME
+from rlkeep.report import build_status, continue_command, invocation_from_argv, render_report, write_status_for_jobs
 
 RECORD = """job: rl-swe
 user: u
@@ -55,12 +56,21 @@ def test_a_blocked_run_gets_the_completion_record_and_the_commands_that_continue
         {"attempt": "rl-swe-r1", "reason": "empty", "state": "failed", "bytes": 0, "lines": 0}]
     assert status["artifacts"] == {"weights": "absent", "tokenizer_configuration": "absent",
                                    "training_logs": "not_applicable", "training_traces_link": "not_applicable"}
-    assert status["artifact_reasons"]["weights"] == "metric_surface pending"
+    assert status["artifact_reasons"]["weights"] == "metric_surface pending: has not run yet"
     assert status["destinations"] == "not_applicable"
     work = {item["step"]: item for item in status["remaining_work"]}
     assert work["sync_traces"]["command"] == f"{invocation} rl-swe/sync/trace_jobs.manifest.json"
     assert "no trace objects under this prefix" in work["sync_traces"]["reason"]
-    assert work["reclaim"]["command"] == f"{invocation} rl-swe/reclaim.json --config reclaim_authorized=rl-swe"
+    # a step that never ran: its advice is the failed ancestor's (issue 27), never its own remedy
+    trials = work["trial_table"]
+    assert trials["status"] == "pending" and trials["blocked_by"] == "sync_traces"
+    assert trials["reason"].startswith("waits for sync_traces (sync/trace_jobs.manifest.json); sync_traces is blocked: ")
+    assert trials["remaining"].startswith("sync_traces is blocked (s3://b/rl-swe/trace_jobs: no trace objects")
+    assert trials["command"] == work["sync_traces"]["command"]
+    assert work["metric_surface"]["reason"] == "has not run yet"  # its inputs are there; nothing failed
+    assert work["reclaim"]["blocked_by"] == "sync_traces" and work["reclaim"]["command"] == trials["command"]
+    assert continue_command("rl-swe", STEP_BY_NAME["reclaim"], invocation) == \
+        f"{invocation} rl-swe/reclaim.json --config reclaim_authorized=rl-swe"
     assert status["continue"] == f"{invocation} rl-swe/DONE"
     report = render_report(status | {"steps": {name: info["status"] for name, info in status["steps"].items()}})
     assert "Not selected yet; complete saves: 20, 60" in report

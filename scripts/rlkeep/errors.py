@@ -6,6 +6,13 @@ class RlkeepError(Exception):
     """A failure the operator can act on: the message names the file, field or object."""
 
 
+class TransientError(RlkeepError):
+    """A failure another try may cure: a network error, a 5xx, a 429 within its bound. The step
+    retries it itself, a bounded number of times (rlkeep.steps.run_step); every other failure (a
+    missing program, a bad record, a refusal, a schema error, a bug) is permanent and fails the
+    step once (README, "Which errors are retried")."""
+
+
 class RecordError(RlkeepError):
     """A job record is missing, malformed or asks for something that cannot be done."""
 

@@ -24,6 +24,9 @@ Everything else reads this table rather than restating it:
 - `kinds`: which steps apply to each run kind (rlkeep.kinds.KindSpec.steps), so a kind's DONE
   inputs and reclamation inputs follow (rules/common.smk);
 - `verify`: the verify/<name>.json sentinels reclamation waits on (KindSpec.verify_sentinels);
+- `after`: the step graph (which rules' outputs each rule takes), from which STATUS.json names the
+  failed ancestor holding back a step that has not run (rlkeep.stepstate); the rules' inputs are the
+  graph Snakemake runs, and tests/test_step_graph.py keeps the two equal;
 - `threads`, `mem_mb`, `runtime`: profiles/slurm/profile.yaml's set-threads and set-resources
   (tests/test_pipeline_table.py keeps the two equal; `rlkeep install-profiles` sizes a rule the
   file does not name from this table).
@@ -34,9 +37,9 @@ step. This module imports no step module, so any module may import it at its top
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rlkeep.errors import RlkeepError
 
@@ -60,11 +63,13 @@ class Step:
     # the file (relative to <job>/) whose status DONE reports; None: a helper rule (staging, DONE itself)
     evidence: str | None = None
     verify: str | None = None  # writes verify/<verify>.json, a sentinel reclamation waits on
-    remaining: str = ""  # what an operator does when this step is blocked or pending
-    upstream: tuple[str, ...] = ()  # rules of this step only (e.g. staging) whose failure blocks it
-    # other steps whose evidence it takes when the record names publish destinations (without them
-    # the publication steps only write not_applicable): it is blocked while one of them is
-    needs: tuple[str, ...] = ()
+    remaining: str = ""  # what an operator does when this step's own run failed
+    # rules its continue command forces: its fix is in data an earlier step already copied (the
+    # operator corrects the store's log; without the force, logs.tar would be read as it was)
+    forcerun: tuple[str, ...] = ()
+    # the rules whose outputs this rule takes (rules/*.smk inputs), read by `parents`; an entry
+    # "<rule> if <condition>" holds only for the records CONDITIONS names (the rule's input function)
+    after: tuple[str, ...] = ()
 
     def load(self) -> Callable[[StepContext], None]:
         """The step's function, importing its module (and only its module's imports) now."""
@@ -76,58 +81,81 @@ PIPELINE: tuple[Step, ...] = (
     Step("capture_chain", "rlkeep.scheduler.steps:capture_chain_step", ALL_KINDS, 1000, 15, evidence="chain.json",
          remaining="make the Iris chain readable (iris on PATH, cluster reachable) and rerun"),
     Step("stop_retries", "rlkeep.scheduler.steps:stop_retries_step", ALL_KINDS, 1000, 15, evidence="retries.json",
-         remaining="stop the run's pending retries, then rerun"),
+         remaining="stop the run's pending retries, then rerun",
+         after=("capture_chain",)),
     Step("sync_logs", "rlkeep.sync:sync_logs_step", ALL_KINDS, 4000, 120, evidence="sync/logs.manifest.json",
-         remaining="make every attempt's trainer log readable, then rerun"),
+         remaining="make every attempt's trainer log readable, then rerun",
+         after=("capture_chain", "stop_retries")),
     Step("sync_traces", "rlkeep.sync:sync_traces_step", TRACE_KINDS, 4000, 480, threads=2,
          evidence="sync/trace_jobs.manifest.json",
-         remaining="fix the trace prefix or the skip policy named in the log, then rerun"),
+         remaining="fix the trace prefix or the skip policy named in the log, then rerun",
+         after=("stop_retries",)),
     Step("list_checkpoints", "rlkeep.checkpoints.step:list_checkpoints_step", RL, 1000, 30,
          evidence="checkpoint/candidates.json",
-         remaining="make the store's ckpts/ and exports/ listable, then rerun"),
+         remaining="make the store's ckpts/ and exports/ listable, then rerun",
+         after=("capture_chain", "stop_retries")),
     Step("metric_surface", "rlkeep.metrics.step:metric_surface_step", RL, 4000, 60, evidence="metrics/metrics.csv",
-         remaining="fix the trainer log named in the log, then rerun"),
+         remaining="correct the trainer log named in the log where the run keeps it (the store's logs/ or the "
+                   "scheduler), then rerun: the command copies the logs again",
+         forcerun=("sync_logs",), after=("sync_logs", "list_checkpoints")),
     Step("trial_table", "rlkeep.metrics.step:trial_table_step", RL, 4000, 120, evidence="metrics/trials.csv",
-         remaining="fix the trace tarball named in the log (rerun sync_traces), then rerun"),
+         remaining="correct the trace object named in the log in the store, then rerun: the command copies the "
+                   "traces again",
+         forcerun=("sync_traces",), after=("sync_traces",)),
     Step("generation_stats", "rlkeep.generation_stats:generation_stats_step", RL, 2000, 60,
          evidence="metrics/generation.md",
-         remaining="fix the trainer log tarball named in the log (rerun sync_logs), then rerun"),
+         remaining="correct the log named in the log where the run keeps it, then rerun: the command copies the "
+                   "logs again",
+         forcerun=("sync_logs",), after=("sync_logs",)),
     Step("select_checkpoint", "rlkeep.checkpoints.step:select_checkpoint_step", RL, 1000, 15,
          evidence="checkpoint/selected.json",
          remaining="declare checkpoint.rule in the record (ema_max, latest or step) from the listed candidates, "
-                   "then rerun"),
+                   "then rerun",
+         after=("list_checkpoints", "metric_surface")),
     Step("export_model", "rlkeep.export.step:export_step", RL, 16000, 240, threads=2, evidence="export.json",
-         remaining="consolidate the selected checkpoint as the log says (an export job for Megatron), then rerun"),
-    Step("stage_model", "rlkeep.hub.steps:stage_model_step", RL, 4000, 120),
+         remaining="consolidate the selected checkpoint as the log says (an export job for Megatron), then rerun",
+         after=("list_checkpoints", "select_checkpoint")),
+    Step("stage_model", "rlkeep.hub.steps:stage_model_step", RL, 4000, 120,
+         after=("capture_chain", "sync_logs", "metric_surface", "select_checkpoint", "export_model")),
     Step("publish_model", "rlkeep.hub.steps:publish_model_step", RL, 4000, 480, evidence="verify/model_upload.json",
-         verify="model_upload", upstream=("stage_model",),
-         remaining="fix the publication problem named in the log (staging is kept), then rerun: the upload resumes"),
-    Step("stage_traces", "rlkeep.traces.step:stage_traces_step", TRACE_PUBLISHING, 8000, 240, threads=2),
+         verify="model_upload",
+         remaining="fix the publication problem named in the log (staging is kept), then rerun: the upload resumes",
+         after=("stage_model if publish", "capture_chain if no publish")),
+    Step("stage_traces", "rlkeep.traces.step:stage_traces_step", TRACE_PUBLISHING, 8000, 240, threads=2,
+         after=("sync_traces",)),
     Step("publish_traces", "rlkeep.hub.steps:publish_traces_step", TRACE_PUBLISHING, 4000, 240, evidence="verify/traces.json",
-         verify="traces", upstream=("stage_traces",), needs=("sync_traces",),
-         remaining="fix the trace dataset problem named in the log (coverage, Hub), then rerun"),
+         verify="traces",
+         remaining="fix the trace dataset problem named in the log (coverage, Hub), then rerun",
+         after=("stage_traces if publish", "capture_chain if no publish")),
     Step("link_model_card", "rlkeep.hub.steps:link_model_card_step", RL, 4000, 240,
          evidence="verify/model.json", verify="model",
-         needs=("publish_model", "publish_traces"),
-         remaining="the model card links the trace dataset only once verify/traces.json exists: fix what holds "
-                   "the traces back (named in the reason), then rerun; the link is one commit that changes "
-                   "README.md only"),
+         remaining="fix the card problem named in the log, then rerun: the link is one commit that changes "
+                   "README.md only",
+         after=("publish_model", "stage_model if publish", "publish_traces if publish.traces")),
     Step("register", "rlkeep.registry:register_step", RL, 1000, 15, evidence="register.json",
-         remaining="resolve the registry problem named in the log, then rerun"),
+         remaining="resolve the registry problem named in the log, then rerun",
+         after=("publish_traces", "link_model_card")),
     Step("archive", "rlkeep.archive.step:archive_step", ALL_KINDS, 4000, 240, threads=2, evidence="archive/MANIFEST",
-         remaining="fix the archive problem named in the log, then rerun"),
+         remaining="fix the archive problem named in the log, then rerun",
+         after=("capture_chain", "stop_retries", "sync_logs", "sync_traces")),
     Step("verify_archive", "rlkeep.archive.step:verify_archive_step", ALL_KINDS, 2000, 240,
          evidence="verify/archive.json",
-         verify="archive", remaining="make archive.dest reachable or fix the mismatch named in the log, then rerun"),
+         verify="archive", remaining="make archive.dest reachable or fix the mismatch named in the log, then rerun",
+         after=("archive",)),
     Step("rehearse_restore", "rlkeep.restore.step:rehearse_restore_step", ALL_KINDS, 2000, 240,
          evidence="verify/restore.json", verify="restore",
-         remaining="fix what the restore rehearsal names (a changed or missing archive member: rebuild and upload "
-                   "the archive with --forcerun archive), then rerun"),
+         remaining="the restore rehearsal names a changed or missing archive member: rerun, and the command "
+                   "builds and uploads the archive again",
+         forcerun=("archive",),
+         after=("capture_chain", "stop_retries", "sync_logs", "sync_traces", "metric_surface", "trial_table",
+                "archive", "verify_archive")),
     Step("reclaim", "rlkeep.reclaim:reclaim_step", ALL_KINDS, 2000, 240, evidence="reclaim.json",
-         remaining="rerun with --config reclaim_authorized=<job> once every verification passed"),
+         remaining="rerun with --config reclaim_authorized=<job> once every verification passed",
+         after=("sync_logs", "sync_traces", "publish_model", "publish_traces", "link_model_card", "archive",
+                "verify_archive", "rehearse_restore")),
     Step("done", "rlkeep.report:done_step", ALL_KINDS, 1000, 15),
     # on demand, not part of DONE: `<job>/restore/DONE`, the archive restored into <job>/restore/tree/
-    Step("restore", "rlkeep.restore.step:restore_step", ALL_KINDS, 2000, 240),
+    Step("restore", "rlkeep.restore.step:restore_step", ALL_KINDS, 2000, 240, after=("archive", "verify_archive")),
 )
 
 STEPS: tuple[Step, ...] = tuple(step for step in PIPELINE if step.evidence is not None)
@@ -136,6 +164,32 @@ STEP_BY_NAME: dict[str, Step] = {step.name: step for step in PIPELINE}
 # Rules that run no package step: `campaign` has its own adapter (scripts/campaign_step.py, no
 # job wildcard), `all` is the default target. Their SLURM sizes are here so the profile has them.
 OTHER_RULE_RESOURCES: dict[str, dict[str, int]] = {"campaign": {"mem_mb": 1000, "runtime": 15}}
+
+
+# When an edge "<rule> if <condition>" exists: the record's `publish` section (rules/common.smk's
+# get_publish_model_inputs, get_publish_traces_inputs, get_link_model_card_inputs).
+CONDITIONS: dict[str, Callable[[Mapping[str, Any] | None], bool]] = {
+    "publish": lambda publish: publish is not None,
+    "no publish": lambda publish: publish is None,
+    "publish.traces": lambda publish: bool(publish and publish.get("traces")),
+}
+# What a report assumes when the record cannot be read: every publication edge holds.
+EVERY_DESTINATION: Mapping[str, Any] = {"model": "unknown", "traces": "unknown"}
+
+
+def parents(rule: str, kind: str, publish: Mapping[str, Any] | None = EVERY_DESTINATION) -> tuple[str, ...]:
+    """The rules whose outputs `rule` takes in a run of this kind whose record has this `publish`
+    section: its `after` entries whose condition holds, less the steps the kind does not have (a
+    kind-dependent input exists only for the kinds whose step makes it). `done` takes every step
+    of the kind. tests/test_step_graph.py checks this against `snakemake --rulegraph`."""
+    if rule == "done":
+        return steps_for_kind(kind)
+    found = []
+    for entry in step_for_rule(rule).after:
+        name, _, condition = entry.partition(" if ")
+        if (not condition or CONDITIONS[condition](publish)) and kind in STEP_BY_NAME[name].kinds:
+            found.append(name)
+    return tuple(found)
 
 
 def step_for_rule(rule: str) -> Step:

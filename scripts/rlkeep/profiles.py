@@ -6,11 +6,19 @@ writes `<config>/snakemake/<name>/profile.yaml` = the project's profile plus `sn
 pointing at this checkout, so the command works from any data root. Rerun after editing a
 profile (`make setup` does). A profile that sizes rules (`set-resources`, the SLURM one) gets
 the size of every rule it does not name from rlkeep.pipeline's table; a size it names wins.
+
+Several checkouts on one machine never repoint each other's profiles: every checkout gets its own
+`<name>-<checkout>` (the checkout folder's name, plus a digest of its path when another checkout
+of that name holds it), and the plain `<name>` belongs to the checkout that installed it first.
+Another checkout keeps it unless `--force` says otherwise, and is told whose it is.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -47,7 +55,32 @@ def render_profile(source: Path, snakefile: Path) -> str:
     return GENERATED_HEADER.format(source=source) + yaml.safe_dump(settings, sort_keys=False)
 
 
-def install_profiles(names: list[str], dest: Path | None = None) -> list[Path]:
+def owner_of(profile: Path) -> Path | None:
+    """The checkout an installed profile runs (the folder of its `snakefile:`), or None when it
+    names none (a profile rlkeep did not write)."""
+    try:
+        settings = yaml.safe_load(profile.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    snakefile = settings.get("snakefile") if isinstance(settings, dict) else None
+    return Path(snakefile).parent if isinstance(snakefile, str) else None
+
+
+def checkout_name(name: str, root: Path, dest: Path) -> str:
+    """This checkout's own name for profile `name`: `<name>-<folder>`, with a digest of the path
+    when a profile of that name already belongs to another checkout."""
+    folder = re.sub(r"[^A-Za-z0-9._-]+", "-", root.name).strip("-") or "checkout"
+    plain = f"{name}-{folder}"
+    owner = owner_of(dest / plain / "profile.yaml")
+    if owner is None or owner == root:
+        return plain
+    return f"{plain}-{hashlib.sha256(str(root).encode()).hexdigest()[:6]}"
+
+
+def install_profiles(names: list[str], dest: Path | None = None, *, force: bool = False,
+                     say: Callable[[str], None] = lambda message: None) -> list[Path]:
+    """Write each profile under this checkout's own name and, unless another checkout owns it
+    (or `force`), under its plain name; `say` hears which plain name was kept and whose it is."""
     root = project_root()
     dest = dest or user_profile_dir()
     written = []
@@ -55,12 +88,22 @@ def install_profiles(names: list[str], dest: Path | None = None) -> list[Path]:
         source = root / "profiles" / name / "profile.yaml"
         if not source.is_file():
             raise RlkeepError(f"{source}: no such profile")
-        target = dest / name / "profile.yaml"
-        stale = dest / name / "config.yaml"
-        if stale.exists():
-            raise RlkeepError(f"{stale}: an older profile file exists beside the one rlkeep writes; remove it")
-        atomic_write_bytes(target, render_profile(source, root / "Snakefile").encode())
-        written.append(target)
+        own = checkout_name(name, root, dest)
+        plain = dest / name / "profile.yaml"
+        owner = owner_of(plain) if plain.exists() else root
+        targets = [own]
+        if owner == root or force:
+            targets.insert(0, name)
+        else:
+            say(f"kept {plain}: it runs {owner or 'a Snakefile rlkeep did not name'}; this checkout's is "
+                f"`--profile {own}` (`rlkeep install-profiles --force` points `{name}` here)")
+        for target_name in targets:
+            target = dest / target_name / "profile.yaml"
+            stale = dest / target_name / "config.yaml"
+            if stale.exists():
+                raise RlkeepError(f"{stale}: an older profile file exists beside the one rlkeep writes; remove it")
+            atomic_write_bytes(target, render_profile(source, root / "Snakefile").encode())
+            written.append(target)
     return written
 
 
@@ -68,7 +111,9 @@ def cli_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="rlkeep install-profiles")
     parser.add_argument("names", nargs="*", default=["iris", "local", "slurm"])
     parser.add_argument("--dest", type=Path, help="default: $XDG_CONFIG_HOME/snakemake or ~/.config/snakemake")
+    parser.add_argument("--force", action="store_true",
+                        help="point the plain names (iris, local, slurm) at this checkout even when another owns them")
     args = parser.parse_args(argv)
-    for path in install_profiles(args.names, args.dest):
-        print(f"installed {path}")
+    for path in install_profiles(args.names, args.dest, force=args.force, say=print):
+        print(f"installed {path} (snakefile: {project_root() / 'Snakefile'})")
     return 0

@@ -1,9 +1,8 @@
 """The completion record `<job>/DONE`, `<job>/REPORT.md` and `<job>/STATUS.json`.
 
 rlkeep.pipeline.STEPS is the one list of the pipeline's steps and the file that proves each one;
-the `done` rule's inputs, DONE's `steps` and STATUS.json all come from it. A step's status is read from
-its sentinel (`completed` or `not_applicable`); a step without its file is `blocked` when its
-rule ran and failed (its log ends with `rlkeep: <reason>`), else `pending`.
+the `done` rule's inputs, DONE's `steps` and STATUS.json all come from it. Each step's status,
+and for a step that has not run the failed ancestor that holds it back, is rlkeep.stepstate's.
 """
 from __future__ import annotations
 
@@ -16,72 +15,15 @@ from typing import TYPE_CHECKING, Any
 from rlkeep.errors import RlkeepError
 from rlkeep.folderstate import code_digest, job_fingerprint, refresh_lock
 from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
-from rlkeep.kinds import spec_for
 from rlkeep.logfacts import remembered
 from rlkeep.metrics import skipped_lines_markdown, without_metrics_markdown
 from rlkeep.pipeline import STEP_BY_NAME, STEPS, Step
 from rlkeep.records import JobRecord, load_record
+from rlkeep.stepstate import collect_steps
 from rlkeep.tracker import tracker_of
 
 if TYPE_CHECKING:
     from rlkeep.steps import StepContext
-
-
-def step_status(job_dir: Path, step: Step, publishing: bool = True) -> dict[str, Any]:
-    path = job_dir / step.evidence
-    if path.is_file():
-        if path.suffix == ".json":
-            try:
-                status = read_json(path).get("status", "completed")
-            except (ValueError, AttributeError):
-                status = "completed"
-        else:
-            status = "completed"
-        return {"status": status, "evidence": step.evidence}
-    for name in step.needs if publishing else ():
-        held = _blocked_need(job_dir, name)
-        if held is not None:
-            root, info = held
-            return {"status": "blocked", "blocked_by": root, "log": info["log"], "remaining": step.remaining,
-                    "reason": f"waits for {STEP_BY_NAME[name].evidence} ({name}); {root} is blocked: {info['reason']}"}
-    for rule in (*step.upstream, step.name):
-        reason = last_error(job_dir / "logs" / f"{rule}.log")
-        if reason is not None:
-            return {"status": "blocked", "reason": reason, "log": f"logs/{rule}.log", "remaining": step.remaining}
-    return {"status": "pending", "remaining": step.remaining}
-
-
-def _blocked_need(job_dir: Path, name: str) -> tuple[str, dict[str, Any]] | None:
-    """(the step at the root of the blockage, its status) when step `name` is blocked."""
-    info = step_status(job_dir, STEP_BY_NAME[name])
-    if info["status"] != "blocked":
-        return None
-    root = info.get("blocked_by", name)
-    return root, step_status(job_dir, STEP_BY_NAME[root]) if root != name else info
-
-
-def last_error(log_path: Path) -> str | None:
-    """The reason of a step's latest failure, if its latest run (logs append) failed."""
-    if not log_path.is_file():
-        return None
-    tail = log_path.read_bytes()[-16384:].decode("utf-8", "replace").splitlines()
-    for index in range(len(tail) - 1, -1, -1):
-        line = tail[index]
-        if line.startswith("rlkeep: "):  # a message may span lines: keep all of it
-            return "\n".join([line.removeprefix("rlkeep: "), *tail[index + 1:]]).strip()
-        if line.startswith("Traceback (most recent call last)"):
-            return f"unexpected error: see logs/{log_path.name}"
-        if " done in " in line:
-            return None
-    return None
-
-
-def collect_steps(job_dir: Path, kind: str | None = None, publishing: bool = True) -> dict[str, dict[str, Any]]:
-    """Every step's status; a step the run's kind does not have is not_applicable (rlkeep.kinds)."""
-
-    spec = spec_for(kind)
-    return {step.name: step_status(job_dir, step, publishing) if spec.applies(step.name) else
-            {"status": "not_applicable", "reason": f"does not apply to a {spec.name} run"} for step in STEPS}
 
 
 @functools.lru_cache(maxsize=1)
@@ -243,7 +185,7 @@ def build_completion_record(job_dir: Path, record: JobRecord,
                             steps: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Everything the completion record states; every input file is optional, so a blocked run
     gets the same record (STATUS.json) with what is known."""
-    steps = steps if steps is not None else collect_steps(job_dir, record.kind, record.publish is not None)
+    steps = steps if steps is not None else collect_steps(job_dir, record.kind, record.publish)
     chain = _optional_json(job_dir / "chain.json") or {}
     retries = _optional_json(job_dir / "retries.json") or {}
     selected = _optional_json(job_dir / "checkpoint" / "selected.json") or {}
@@ -373,6 +315,8 @@ def continue_command(job: str, step: Step | None, invocation: str) -> str:
     """The command that reruns a step (and whatever it waits on) from the data root."""
     target = f"{job}/{step.evidence}" if step is not None else f"{job}/DONE"
     command = f"{invocation} {target}"
+    if step is not None and step.forcerun:  # --forcerun and --config take every word after them: never both
+        command += f" --forcerun {' '.join(step.forcerun)}"
     if step is not None and step.name in AUTHORITY:
         command += f" --config {AUTHORITY[step.name]}={job}"
     return command
@@ -383,13 +327,15 @@ def build_status(job_dir: Path, kind: str | None = None, *, record: JobRecord | 
     """STATUS.json: every step's status and, when the record is readable, everything DONE would
     state (the completion record of a blocked run), with the command that continues each step."""
     kind = record.kind if record is not None else kind
-    steps = collect_steps(job_dir, kind, record is None or record.publish is not None)
+    steps = collect_steps(job_dir, kind, *(() if record is None else (record.publish,)))
     by_status: dict[str, list[str]] = {"completed": [], "not_applicable": [], "blocked": [], "pending": []}
     for name, info in steps.items():
         by_status.setdefault(info["status"], []).append(name)
     remaining = [
         {"step": name, "status": info["status"], "reason": info.get("reason"), "remaining": info.get("remaining"),
-         "command": continue_command(job_dir.name, STEP_BY_NAME[name], invocation)}
+         **({"blocked_by": info["blocked_by"]} if "blocked_by" in info else {}),
+         # a step held by a failed ancestor continues once that ancestor does: its command
+         "command": continue_command(job_dir.name, STEP_BY_NAME[info.get("blocked_by", name)], invocation)}
         for name, info in steps.items()
         if info["status"] in {"blocked", "pending"}
     ]

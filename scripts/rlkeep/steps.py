@@ -4,28 +4,31 @@ Every rule runs `scripts/run_step.py`; that adapter calls `run_from_snakemake`, 
 rule's row in rlkeep.pipeline's table by `snakemake.rule`, builds a StepContext (job, validated
 record, named inputs and outputs, settings) and calls the row's function. An RlkeepError ends the step with its
 message as the log's last line (`rlkeep: ...`) and exit status 1; the outputs are left
-unwritten, so Snakemake records the step as failed and a rerun resumes there.
+unwritten, so Snakemake records the step as failed and a rerun resumes there. A TransientError
+is tried again first (run_step), a bounded number of times; any other failure only once.
 """
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from rlkeep.diskspace import is_no_space, no_space_message
-from rlkeep.errors import RlkeepError, StepTerminated
+from rlkeep.errors import RlkeepError, StepTerminated, TransientError
 from rlkeep.pipeline import Step, step_for_rule, step_for_target
 from rlkeep.records import JobRecord, load_record, record_path
 from rlkeep.regions import Region, compare
+from rlkeep.waits import seconds_from_env
 
 log = logging.getLogger("rlkeep")
 
@@ -126,34 +129,77 @@ def _say(message: str, step: str) -> None:
         print(f"{message} [step {step}; its log could not take this line]", file=sys.__stderr__, flush=True)
 
 
+# Which failures are retried, and where: a transient one (rlkeep.errors.TransientError: a network
+# error, a 5xx) is tried again here, in the step's own process, so that a permanent one (a missing
+# program, a bad record, a refusal, a schema error, a bug) fails once: Snakemake's `retries` cannot
+# tell the two apart, so the profiles set it to 0.
+STEP_RETRIES_ENV = "RLKEEP_STEP_RETRIES"  # further tries after a transient failure; default 2
+RETRY_WAIT_ENV = "RLKEEP_STEP_RETRY_WAIT"  # seconds before the first further try (then 3x each time)
+
+
+def step_retries() -> int:
+    text = os.environ.get(STEP_RETRIES_ENV, "").strip() or "2"
+    if not text.isdigit():
+        raise RlkeepError(f"{STEP_RETRIES_ENV}={text!r}: expected a number of retries >= 0")
+    return int(text)
+
+
 def run_step(step: Step, ctx: StepContext) -> int:
-    """Run one row of the step table; the exit status of the step (0, 1, or 128 + a stop signal)."""
-    target = f"{step.name} ({step.function})"
+    """Run one row of the step table; the exit status of the step (0, 1, or 128 + a stop signal).
+    A transient failure is tried again, at most step_retries() times; any other fails at once."""
     function = step.load()
+    tries = 1 + step_retries()
+    pause = seconds_from_env(RETRY_WAIT_ENV, 5.0)
+    for number in range(1, tries + 1):
+        status, transient = _try_step(step, ctx, function, number, tries)
+        if transient is None:
+            return status
+        log.warning("step %s: %s; a transient failure: try %d of %d in %.0f s", step.name, transient, number + 1,
+                    tries, pause)
+        try:
+            with stop_signals_raise():
+                time.sleep(pause)
+        except StepTerminated as stop:
+            _say(f"rlkeep: {step.name} {stop} while waiting to try again; nothing partial kept: rerun the same "
+                 "command to resume", step.name)
+            return 128 + stop.signum
+        pause *= 3
+    raise AssertionError("unreachable: the last try returns its status")
+
+
+def _try_step(step: Step, ctx: StepContext, function: Callable[[StepContext], None], number: int,
+              tries: int) -> tuple[int, TransientError | None]:
+    """One try: (exit status, None), or (1, the error) for a transient failure that may be tried again."""
+    target = f"{step.name} ({step.function})"
     started = time.monotonic()
-    log.info("step %s for job %s", target, ctx.job)
+    log.info("step %s for job %s%s", target, ctx.job, f" (try {number} of {tries})" if number > 1 else "")
     try:
         with stop_signals_raise():
             function(ctx)
     except RlkeepError as error:
         _remove_outputs(ctx)
         log.error("step %s failed after %.1fs", target, time.monotonic() - started)
-        _say(f"rlkeep: {error}", step.name)
-        return 1
+        if isinstance(error, TransientError):
+            if number < tries:
+                return 1, error
+            _say(f"rlkeep: {error} (a transient failure, {tries} tries; rerun later)", step.name)
+            return 1, None
+        _say(f"rlkeep: {error}", step.name)  # permanent: no retry can change it
+        return 1, None
     except OSError as error:
         if not is_no_space(error):
             raise
         _remove_outputs(ctx)
         log.error("step %s failed after %.1fs: out of disk space", target, time.monotonic() - started)
         _say(f"rlkeep: {target}: {no_space_message(error, ctx.job_dir)}", step.name)
-        return 1
+        return 1, None
     except StepTerminated as stop:
         _remove_outputs(ctx)
         log.error("step %s %s after %.1fs; temporary files removed", target, stop, time.monotonic() - started)
         _say(f"rlkeep: {target} {stop}; nothing partial kept: rerun the same command to resume", step.name)
-        return 128 + stop.signum
+        return 128 + stop.signum, None
     log.info("step %s done in %.1fs", target, time.monotonic() - started)
-    return 0
+    return 0, None
 
 
 def context_from_snakemake(smk: Any) -> StepContext:

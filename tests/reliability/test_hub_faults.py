@@ -19,7 +19,7 @@ from tests.reliability.support import (
 from tests.support.hub import hub_server  # noqa: F401 - fixture
 
 CLIENT_TRIES = 6  # huggingface_hub: one try + 5 retries (http_backoff) for preupload and LFS PUT
-NO_RULE_RETRY = ("--retries", "0")  # the profile's rule retry would double every backoff wait
+NO_STEP_RETRY = {"RLKEEP_STEP_RETRIES": "0"}  # the step's own retry of a 5xx would triple every backoff wait
 
 
 def blocked_reason(job_dir: Path, step: str) -> str:
@@ -44,7 +44,7 @@ def test_hub_faults_fail_publication_clearly_keep_staging_and_a_rerun_completes(
     faults.fail_next("preupload", CLIENT_TRIES, f"/api/models/{model}/")
     faults.fail_next("lfs_put", CLIENT_TRIES, f"/_lfs/datasets/{traces}/")
     with hub_intercept(hub_server, faults):
-        first = run_logged(scenario, f"{JOB}/DONE", extra=NO_RULE_RETRY)
+        first = run_logged(scenario, f"{JOB}/DONE", **NO_STEP_RETRY)
     injected.update(faults.injected)
     assert first.returncode != 0
     assert faults.injected == {"preupload": CLIENT_TRIES, "lfs_put": CLIENT_TRIES}
@@ -73,7 +73,7 @@ def test_hub_faults_fail_publication_clearly_keep_staging_and_a_rerun_completes(
     faults = ScopedFaults()
     faults.fail_next("download", 1 + CLIENT_TRIES, f"/datasets/{traces}/resolve/")
     with hub_intercept(hub_server, edit), hub_intercept(hub_server, faults):
-        third = run_logged(scenario, f"{JOB}/DONE", extra=NO_RULE_RETRY)
+        third = run_logged(scenario, f"{JOB}/DONE", **NO_STEP_RETRY)
     injected.update(faults.injected)
     assert third.returncode != 0 and edit.edited_commit is not None
     assert faults.injected == {"download": 1 + CLIENT_TRIES}

@@ -20,7 +20,8 @@ from tests.support.hub import hub_server  # noqa: F401 - fixture
 
 FAILING_KINDS = tuple(kind for kind in FAULT_KINDS if kind != "stall")  # a stall ends in a good answer
 SOAK_TRIALS = 300  # the example's default size
-NO_RULE_RETRY = ("--retries", "0")  # a failing store fails the same way twice; the retry only doubles the wait
+# a failing store fails the same way every try; the step's own retries would only triple the wait
+NO_STEP_RETRY = {"RLKEEP_STEP_RETRIES": "0"}
 
 
 @pytest.fixture(scope="session")
@@ -75,7 +76,7 @@ def test_a_store_that_always_fails_blocks_clearly_and_loses_nothing(data_root: P
     scenario = seed(data_root, bucket, iris, hub_server)
     source_keys = scenario.store_keys()
     with FaultProxy(s3_server.endpoint, rate=1.0, seed=3, rate_kinds=FAILING_KINDS) as proxy:
-        result = run_logged(scenario, f"{JOB}/DONE", config=(f"reclaim_authorized={JOB}",), extra=NO_RULE_RETRY,
+        result = run_logged(scenario, f"{JOB}/DONE", config=(f"reclaim_authorized={JOB}",), **NO_STEP_RETRY,
                             AWS_ENDPOINT_URL_S3=proxy.endpoint)
         injected = faults_by_kind(proxy)
     figures_log.record("store_faults", rate=1.0, requests=sum(injected.values()), injected=injected, lost=0)
@@ -103,7 +104,7 @@ def test_a_store_that_always_fails_blocks_clearly_and_loses_nothing(data_root: P
     # Listing works again but every object read fails (presigned GETs carry the signature in the URL).
     with FaultProxy(s3_server.endpoint) as proxy:
         proxy.fail_next("reset", 10**9, method="GET", query_contains="Signature=")
-        again = run_logged(scenario, f"{JOB}/DONE", config=(f"reclaim_authorized={JOB}",), extra=NO_RULE_RETRY,
+        again = run_logged(scenario, f"{JOB}/DONE", config=(f"reclaim_authorized={JOB}",), **NO_STEP_RETRY,
                            AWS_ENDPOINT_URL_S3=proxy.endpoint)
         injected = faults_by_kind(proxy)
     figures_log.record("store_faults", rate="object reads", requests=sum(injected.values()), injected=injected, lost=0)

@@ -12,7 +12,7 @@ import httpx2
 from huggingface_hub.errors import HfHubHTTPError
 
 from rlkeep.diskspace import is_no_space
-from rlkeep.errors import RlkeepError
+from rlkeep.errors import RlkeepError, TransientError
 
 if TYPE_CHECKING:  # client.py imports this module: the target is only an annotation here
     from rlkeep.hub.client import HubTarget
@@ -21,7 +21,27 @@ HUB_FAILURES = (OSError, ValueError, RuntimeError, httpx2.HTTPError)
 
 
 class HubRateLimited(RlkeepError):
-    """The Hub kept answering 429 for longer than the bound allows."""
+    """The Hub kept answering 429 for longer than the bound allows (permanent for this run: the
+    bound was the retry; rerun later)."""
+
+
+class HubUnavailable(TransientError):
+    """A 5xx or a network failure outlasted the client's own retries: the step tries again."""
+
+
+def is_transient(error: BaseException) -> bool:
+    """A Hub answer another try may change: a 5xx, or no answer at all (connection, timeout)."""
+    http_error = _innermost_http_error(error)
+    if http_error is not None:
+        return http_error.response.status_code >= 500
+    current: BaseException | None = error
+    for _ in range(16):
+        if current is None:
+            return False
+        if isinstance(current, (httpx2.TransportError, ConnectionError, TimeoutError)):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _innermost_http_error(error: BaseException) -> HfHubHTTPError | None:
@@ -85,7 +105,7 @@ def hub_step(target: HubTarget, repo_type: str, repo_id: str, step: str, note: s
         message = f"Hub {step} failed for {repo_type} repo {repo_id} at {target.endpoint}: {describe_hub_error(error)}"
         if note:
             message += f". {note}"
-        raise RlkeepError(target.scrub(message)) from None
+        raise (HubUnavailable if is_transient(error) else RlkeepError)(target.scrub(message)) from None
 
 
 def _rate_limited_cause(error: BaseException | None) -> HubRateLimited | None:

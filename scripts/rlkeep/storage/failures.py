@@ -13,7 +13,7 @@ import logging
 import random
 import time
 
-from rlkeep.errors import StoreError
+from rlkeep.errors import StoreError, TransientError
 from rlkeep.waits import seconds_from_env
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,13 @@ def error_field(body: bytes, name: str) -> str:
 
 
 class StoreThrottled(StoreError):
-    """The store kept answering SlowDown for longer than the bound allows."""
+    """The store kept answering SlowDown for longer than the bound allows (permanent for this run:
+    the bound was the retry; rerun later)."""
+
+
+class StoreUnavailable(StoreError, TransientError):
+    """A 5xx, a timeout or a broken connection outlasted botocore's and rlkeep's request retries:
+    the step tries again (rlkeep.steps.run_step)."""
 
 
 def slowdown_bound() -> float:

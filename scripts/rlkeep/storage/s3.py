@@ -17,7 +17,7 @@ from rlkeep.errors import StoreError
 from rlkeep.storage import multipart
 from rlkeep.storage.client import API_ATTEMPTS, requester_identity, s3_client
 from rlkeep.storage.connection import connection_for
-from rlkeep.storage.failures import (HttpStatusError, StoreThrottled, cause_of, clock_problem_of, denied_by_store,
+from rlkeep.storage.failures import (HttpStatusError, StoreThrottled, StoreUnavailable, cause_of, clock_problem_of, denied_by_store,
                                      describe_error, is_missing, is_retryable, is_throttle, retry_after_seconds,
                                      throttle_pause)
 from rlkeep.storage.objects import CHUNK, ObjectChanged, ObjectDenied, ObjectInfo, ObjectMissing, check_key, hash_stream
@@ -54,8 +54,9 @@ class S3Store:
             throttled = cause_of(error, StoreThrottled)
             if throttled is not None:
                 raise StoreThrottled(f"{what}: {throttled}") from None
-            attempts = API_ATTEMPTS if is_retryable(error) else 1
-            raise StoreError(f"{what}: failed after {attempts} attempts: {describe_error(error)}") from None
+            if is_retryable(error):
+                raise StoreUnavailable(f"{what}: failed after {API_ATTEMPTS} attempts: {describe_error(error)}") from None
+            raise StoreError(f"{what}: failed after 1 attempts: {describe_error(error)}") from None
 
     def list(self, prefix: str = "", *, page_size: int = 1000) -> Iterator[ObjectInfo]:
         full_prefix = "/".join(p for p in (self.prefix, prefix.strip("/")) if p)
@@ -131,7 +132,8 @@ class S3Store:
                     raise ObjectDenied(what, denied[0], requester_identity(s3_client(), denied[1])) from None
                 transient = isinstance(error, StoreError) or is_retryable(error)
                 if not transient or attempt == READ_ATTEMPTS - 1:
-                    raise StoreError(f"{what}: read failed after {attempt + 1} attempts: {describe_error(error)}") from None
+                    failure = StoreUnavailable if transient else StoreError
+                    raise failure(f"{what}: read failed after {attempt + 1} attempts: {describe_error(error)}") from None
                 time.sleep(min(8.0, 0.2 * 2**attempt))
                 attempt += 1
         raise AssertionError("unreachable")
