@@ -21,10 +21,12 @@ from rlkeep.pipeline import EVERY_DESTINATION, PIPELINE, STEP_BY_NAME, STEPS, pa
 
 TABLE_ORDER = {step.name: index for index, step in enumerate(PIPELINE)}
 # A helper rule (staging: no evidence of its own) is part of the first step that takes it: its
-# failure blocks that step, and every other step waiting on it is held by that step.
-OWNER = {helper.name: next(step.name for step in PIPELINE
-                           if any(entry.partition(" if ")[0] == helper.name for entry in step.after))
-         for helper in PIPELINE if helper.evidence is None and helper.name != "done"}
+# failure blocks that step, and every other step waiting on it is held by that step. A rule no
+# step takes (`done`, the on-demand `restore`) owns nothing.
+TAKERS = {helper.name: [step.name for step in PIPELINE
+                        if any(entry.partition(" if ")[0] == helper.name for entry in step.after)]
+          for helper in PIPELINE if helper.evidence is None}
+OWNER = {helper: takers[0] for helper, takers in TAKERS.items() if takers}
 
 
 def last_error(log_path: Path) -> str | None:
