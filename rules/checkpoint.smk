@@ -7,7 +7,7 @@
 rule list_checkpoints:
     input:
         retries="{job}/retries.json",
-        chain="{job}/chain.json",
+        chain=ancient("{job}/chain.json"),
     output:
         candidates="{job}/checkpoint/candidates.json",
     log:

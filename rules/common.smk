@@ -8,6 +8,7 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
+from rlkeep.chain_recapture import recapture_settings
 from rlkeep.errors import RecordError
 from rlkeep.jsonio import key_sorted
 from rlkeep.pipeline import evidence_of
@@ -168,15 +169,20 @@ def get_record_files():
 
 
 def get_chain_settings(wildcards):
-    """Only what defines the chain: editing anything else in a record never redoes the sync."""
+    """Only what defines the chain: editing anything else in a record never redoes the sync. A
+    capture that is not final is captured again (`recapture`, rlkeep.chain_recapture); the keys
+    appear only when set, so a chain captured before they existed is not captured again for them.
+    """
     record = get_record(wildcards.job)
-    return key_sorted(
-        {
-            "chain": list(record.chain),
-            "scheduler": record.scheduler,
-            "cluster": record.cluster,
-        }
-    )
+    settings = {
+        "chain": list(record.chain),
+        "scheduler": record.scheduler,
+        "cluster": record.cluster,
+    }
+    if record.chain_excludes:
+        settings["chain_excludes"] = list(record.chain_excludes)
+    settings.update(recapture_settings(Path(wildcards.job)))
+    return key_sorted(settings)
 
 
 def get_record_digest(wildcards):
@@ -273,7 +279,7 @@ def get_publish_model_inputs(wildcards):
     """Publishing needs the staged tree only when the record names destinations; never the traces
     (the staged card's trace link is pending until link_model_card)."""
     if get_record(wildcards.job).publish is None:
-        return {"chain": f"{wildcards.job}/chain.json"}
+        return {"chain": ancient(f"{wildcards.job}/chain.json")}
     return {
         "stage": ancient(f"{wildcards.job}/stage/model"),
         "redaction": f"{wildcards.job}/stage/model.redaction.json",
@@ -298,7 +304,7 @@ def get_link_model_card_inputs(wildcards):
 
 def get_publish_traces_inputs(wildcards):
     if get_record(wildcards.job).publish is None:
-        return {"chain": f"{wildcards.job}/chain.json"}
+        return {"chain": ancient(f"{wildcards.job}/chain.json")}
     return {"stage": ancient(f"{wildcards.job}/stage/traces")}
 
 
@@ -316,7 +322,7 @@ def get_archive_inputs(wildcards):
     inputs = {
         "logs": f"{job}/sync/logs.tar",
         "logs_manifest": f"{job}/sync/logs.manifest.json",
-        "chain": f"{job}/chain.json",
+        "chain": ancient(f"{job}/chain.json"),
         "retries": f"{job}/retries.json",
     }
     if get_kind(job).trace_tree is not None:
