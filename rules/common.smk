@@ -8,7 +8,7 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
-from rlkeep.chain_recapture import recapture_settings
+from rlkeep.chain_recapture import captured_for, recapture_settings
 from rlkeep.errors import RecordError
 from rlkeep.jsonio import key_sorted
 from rlkeep.pipeline import evidence_of
@@ -185,6 +185,19 @@ def get_chain_settings(wildcards):
     return key_sorted(settings)
 
 
+def get_chain_input(wildcards):
+    """chain.json for the steps that read it. While it was captured for the record's chain as it is,
+    it is ancient: capturing it again (not final, or chain_excludes edited) reruns only the steps
+    it held back and DONE. Once `chain:`, scheduler or cluster changed, it is a plain input, so
+    stop_retries, the syncs and the archive run again for the new chain (rlkeep.chain_recapture).
+    """
+    record = get_record(wildcards.job)
+    path = f"{wildcards.job}/chain.json"
+    if captured_for(Path(path), list(record.chain), record.scheduler, record.cluster):
+        return ancient(path)
+    return path
+
+
 def get_record_digest(wildcards):
     """The completion record restates the whole record: any edit rewrites DONE, and only DONE."""
     return {"record_sha256": get_record_sha256(wildcards.job)}
@@ -279,7 +292,7 @@ def get_publish_model_inputs(wildcards):
     """Publishing needs the staged tree only when the record names destinations; never the traces
     (the staged card's trace link is pending until link_model_card)."""
     if get_record(wildcards.job).publish is None:
-        return {"chain": ancient(f"{wildcards.job}/chain.json")}
+        return {"chain": get_chain_input(wildcards)}
     return {
         "stage": ancient(f"{wildcards.job}/stage/model"),
         "redaction": f"{wildcards.job}/stage/model.redaction.json",
@@ -304,7 +317,7 @@ def get_link_model_card_inputs(wildcards):
 
 def get_publish_traces_inputs(wildcards):
     if get_record(wildcards.job).publish is None:
-        return {"chain": ancient(f"{wildcards.job}/chain.json")}
+        return {"chain": get_chain_input(wildcards)}
     return {"stage": ancient(f"{wildcards.job}/stage/traces")}
 
 
@@ -322,7 +335,7 @@ def get_archive_inputs(wildcards):
     inputs = {
         "logs": f"{job}/sync/logs.tar",
         "logs_manifest": f"{job}/sync/logs.manifest.json",
-        "chain": ancient(f"{job}/chain.json"),
+        "chain": get_chain_input(wildcards),
         "retries": f"{job}/retries.json",
     }
     if get_kind(job).trace_tree is not None:

@@ -230,3 +230,30 @@ def test_a_recorded_attempt_that_was_running_is_asked_again_once_it_ended(data_r
     assert iris.stop_calls() == []  # it ended by itself: nothing to stop
     done = json.loads((data_root / JOB / "DONE").read_text())
     assert done["retries_stopped"] == [] and done["terminal_state"].startswith("failed")
+
+
+def test_a_pending_look_alike_added_to_chain_as_advised_is_stopped_before_checkpoints_are_read(
+        data_root, bucket, iris) -> None:
+    seed_example(data_root, bucket, iris, n_trials=12)
+    resubmitted = "/demo/rl-demo-r2"
+    add_job(iris, resubmitted, "pending")
+
+    held = run_snakemake(data_root, f"{JOB}/DONE")
+    assert held.returncode != 0
+    reason = held_back(data_root, "list_checkpoints")
+    record_file, lines = re.search(r"add it to `chain:` in (\S+):\n((?:  - \S+\n)+)", reason).groups()
+    assert "rlkeep then stops it by exact id if it is still pending" in reason
+    record = yaml.safe_load((data_root / record_file).read_text())
+    record["chain"] += [line.removeprefix("  - ") for line in lines.splitlines()]  # the advice, as printed
+    (data_root / record_file).write_text(yaml.safe_dump(record, sort_keys=False))
+
+    result = run_snakemake(data_root, f"{JOB}/DONE")
+    assert result.returncode == 0, result.stderr[-5000:]
+    # a new chain is not ancient: the retries are stopped again, now including it, and its log synced
+    assert iris.stop_calls() == [iris.exact_stop(RETRY), iris.exact_stop(resubmitted)]
+    assert iris.states()[resubmitted] == "killed"
+    retries = json.loads((data_root / JOB / "retries.json").read_text())
+    assert [s["id"] for s in retries["stopped"]] == [resubmitted]
+    manifest = json.loads((data_root / JOB / "sync/logs.manifest.json").read_text())
+    assert "rl-demo-r2" in [entry["attempt"] for entry in manifest["attempts"]]
+    assert json.loads((data_root / JOB / "DONE").read_text())["chain"][-1] == resubmitted

@@ -67,3 +67,16 @@ def write_bookkeeping(job_dir: Path, final: bool) -> dict[str, Any]:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, entry)
     return entry
+
+
+def captured_for(chain_path: Path, chain: list[str], scheduler: str, cluster: str | None) -> bool:
+    """Whether chain.json was captured for this chain (same attempts in order, scheduler, cluster):
+    only then may its readers ignore a new capture (rules/common.smk get_chain_input)."""
+    try:
+        captured = json.loads(chain_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(captured, dict) or not isinstance(captured.get("attempts"), list):
+        return False
+    return ([attempt.get("id") for attempt in captured["attempts"] if isinstance(attempt, dict)] == chain
+            and captured.get("scheduler") == scheduler and captured.get("cluster") == cluster)
