@@ -193,7 +193,9 @@ def get_chain_input(wildcards):
     """
     record = get_record(wildcards.job)
     path = f"{wildcards.job}/chain.json"
-    if captured_for(Path(path), list(record.chain), record.scheduler, record.cluster):
+    if captured_for(
+        Path(wildcards.job), list(record.chain), record.scheduler, record.cluster
+    ):
         return ancient(path)
     return path
 

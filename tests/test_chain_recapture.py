@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlkeep.chain_recapture import (CAPTURE_BOOKKEEPING, read_bookkeeping, recapture_settings, recapture_token,
-                                    write_bookkeeping)
+from rlkeep.chain_recapture import (CAPTURE_BOOKKEEPING, captured_for, read_bookkeeping, recapture_settings,
+                                    recapture_token, write_bookkeeping)
 from rlkeep.errors import RecordError
 from rlkeep.records import load_record
 from rlkeep.scheduler.iris import IrisScheduler
@@ -257,3 +257,16 @@ def test_a_pending_look_alike_added_to_chain_as_advised_is_stopped_before_checkp
     manifest = json.loads((data_root / JOB / "sync/logs.manifest.json").read_text())
     assert "rl-demo-r2" in [entry["attempt"] for entry in manifest["attempts"]]
     assert json.loads((data_root / JOB / "DONE").read_text())["chain"][-1] == resubmitted
+
+
+def test_readers_ignore_a_new_capture_only_of_the_same_chain_by_this_rlkeep(tmp_path: Path) -> None:
+    job_dir = tmp_path / JOB
+    job_dir.mkdir()
+    (job_dir / "chain.json").write_text(json.dumps({"attempts": [{"id": "/demo/rl-demo"}, {"id": RETRY}],
+                                                    "scheduler": "iris", "cluster": "cw-test"}))
+    chain = ["/demo/rl-demo", RETRY]
+    assert not captured_for(job_dir, chain, "iris", "cw-test")  # captured before the bookkeeping existed
+    write_bookkeeping(job_dir, True)
+    assert captured_for(job_dir, chain, "iris", "cw-test")
+    assert not captured_for(job_dir, chain + ["/demo/rl-demo-r2"], "iris", "cw-test")  # chain: edited
+    assert not captured_for(job_dir, chain, "iris", "cw-other")

@@ -69,11 +69,15 @@ def write_bookkeeping(job_dir: Path, final: bool) -> dict[str, Any]:
     return entry
 
 
-def captured_for(chain_path: Path, chain: list[str], scheduler: str, cluster: str | None) -> bool:
-    """Whether chain.json was captured for this chain (same attempts in order, scheduler, cluster):
-    only then may its readers ignore a new capture (rules/common.smk get_chain_input)."""
+def captured_for(job_dir: Path, chain: list[str], scheduler: str, cluster: str | None) -> bool:
+    """Whether chain.json was captured by this rlkeep (it kept the bookkeeping) for this chain (same
+    attempts in order, scheduler, cluster): only then may its readers ignore a new capture
+    (rules/common.smk get_chain_input). An older capture stays a plain input, so a data root made
+    before keeps its one-time migration (`--touch`, tests/test_pipeline_table.py) as it was."""
+    if read_bookkeeping(job_dir) is None:
+        return False
     try:
-        captured = json.loads(chain_path.read_text(encoding="utf-8"))
+        captured = json.loads((job_dir / "chain.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
     if not isinstance(captured, dict) or not isinstance(captured.get("attempts"), list):
