@@ -1,5 +1,8 @@
 # Capture the attempt chain, then stop only this run's exact pending retries (runbook step 1),
-# before anything reads mutable checkpoint folders.
+# before anything reads mutable checkpoint folders. A capture that is not final (an attempt still
+# running, a look-alike still pending or running) is captured again by the next invocation through
+# its params (rlkeep.chain_recapture); its readers take it as ancient() while `chain:` is unchanged
+# (get_chain_input), so only the steps it held back and DONE read the new answer.
 
 
 rule capture_chain:
@@ -17,7 +20,7 @@ rule capture_chain:
 
 rule stop_retries:
     input:
-        chain="{job}/chain.json",
+        chain=get_chain_input,
     output:
         retries="{job}/retries.json",
     log:

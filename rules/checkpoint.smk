@@ -7,7 +7,7 @@
 rule list_checkpoints:
     input:
         retries="{job}/retries.json",
-        chain="{job}/chain.json",
+        chain=get_chain_input,
     output:
         candidates="{job}/checkpoint/candidates.json",
     log:

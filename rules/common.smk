@@ -8,6 +8,7 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
+from rlkeep.chain_recapture import captured_for, recapture_settings
 from rlkeep.errors import RecordError
 from rlkeep.jsonio import key_sorted
 from rlkeep.pipeline import evidence_of
@@ -194,15 +195,35 @@ def get_record_files():
 
 
 def get_chain_settings(wildcards):
-    """Only what defines the chain: editing anything else in a record never redoes the sync."""
+    """Only what defines the chain: editing anything else in a record never redoes the sync. A
+    capture that is not final is captured again (`recapture`, rlkeep.chain_recapture); the keys
+    appear only when set, so a chain captured before they existed is not captured again for them.
+    """
     record = get_record(wildcards.job)
-    return key_sorted(
-        {
-            "chain": list(record.chain),
-            "scheduler": record.scheduler,
-            "cluster": record.cluster,
-        }
-    )
+    settings = {
+        "chain": list(record.chain),
+        "scheduler": record.scheduler,
+        "cluster": record.cluster,
+    }
+    if record.chain_excludes:
+        settings["chain_excludes"] = list(record.chain_excludes)
+    settings.update(recapture_settings(Path(wildcards.job)))
+    return key_sorted(settings)
+
+
+def get_chain_input(wildcards):
+    """chain.json for the steps that read it. While it was captured for the record's chain as it is,
+    it is ancient: capturing it again (not final, or chain_excludes edited) reruns only the steps
+    it held back and DONE. Once `chain:`, scheduler or cluster changed, it is a plain input, so
+    stop_retries, the syncs and the archive run again for the new chain (rlkeep.chain_recapture).
+    """
+    record = get_record(wildcards.job)
+    path = f"{wildcards.job}/chain.json"
+    if captured_for(
+        Path(wildcards.job), list(record.chain), record.scheduler, record.cluster
+    ):
+        return ancient(path)
+    return path
 
 
 def get_record_digest(wildcards):
@@ -299,7 +320,7 @@ def get_publish_model_inputs(wildcards):
     """Publishing needs the staged tree only when the record names destinations; never the traces
     (the staged card's trace link is pending until link_model_card)."""
     if get_record(wildcards.job).publish is None:
-        return {"chain": f"{wildcards.job}/chain.json"}
+        return {"chain": get_chain_input(wildcards)}
     return {
         "stage": ancient(f"{wildcards.job}/stage/model"),
         "redaction": f"{wildcards.job}/stage/model.redaction.json",
@@ -324,7 +345,7 @@ def get_link_model_card_inputs(wildcards):
 
 def get_publish_traces_inputs(wildcards):
     if get_record(wildcards.job).publish is None:
-        return {"chain": f"{wildcards.job}/chain.json"}
+        return {"chain": get_chain_input(wildcards)}
     return {"stage": ancient(f"{wildcards.job}/stage/traces")}
 
 
@@ -342,7 +363,7 @@ def get_archive_inputs(wildcards):
     inputs = {
         "logs": f"{job}/sync/logs.tar",
         "logs_manifest": f"{job}/sync/logs.manifest.json",
-        "chain": f"{job}/chain.json",
+        "chain": get_chain_input(wildcards),
         "retries": f"{job}/retries.json",
     }
     if get_kind(job).trace_tree is not None:

@@ -21,7 +21,7 @@ rule stage_model:
         report="{job}/metrics/report.md",
         plot="{job}/metrics/reward.png",
         logs="{job}/sync/logs.tar",
-        chain="{job}/chain.json",
+        chain=get_chain_input,
     output:
         stage=directory("{job}/stage/model"),
         redaction="{job}/stage/model.redaction.json",

@@ -4,7 +4,7 @@
 
 rule sync_logs:
     input:
-        chain="{job}/chain.json",
+        chain=get_chain_input,
         retries="{job}/retries.json",
     output:
         tar="{job}/sync/logs.tar",

@@ -34,6 +34,8 @@ _EXPECTED_BY_FIELD = {
     "cluster": "an Iris cluster name such as cw-us-east-02a",
     "chain": "a list of Iris job ids like /<user>/<job> (scheduler iris or none) or SLURM job ids like 12345 "
              "or 12345_7 (scheduler slurm), oldest first",
+    "chain_excludes": "a list of job ids, in the shape of the chain's, of jobs that look like attempts of this run "
+                      "but are not (each once, none also in chain)",
     "store": "an absolute store URL: s3://bucket/prefix or file:///absolute/path",
     "archive.dest": "s3://bucket/prefix, file:///absolute/path or hf://datasets/<org>/<name>",
     "base_model": "a Hub model id like Qwen/Qwen3-8B",
@@ -68,6 +70,7 @@ class JobRecord:
     archive: dict[str, Any] | None = None
     kind: str = DEFAULT_KIND
     store_region: str | None = None  # declared; None: ask the store, else unknown (rlkeep.regions)
+    chain_excludes: tuple[str, ...] = ()  # look-alikes the operator declared not to be attempts
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -177,6 +180,7 @@ def validate_record_data(data: Any, path: Path) -> JobRecord:
         raise RecordError(f"{path}: field 'cluster' is missing; expected an Iris cluster name when scheduler is "
                           f"{scheduler.name}")
     _check_chain(data, scheduler, path)
+    _check_chain_excludes(data, scheduler, path)
     spec = spec_for(data.get("kind"))
     _check_kind_sections(data, spec, path)
 
@@ -222,6 +226,7 @@ def validate_record_data(data: Any, path: Path) -> JobRecord:
         archive=dict(data["archive"]) if data.get("archive") else None,
         kind=spec.name,
         store_region=data.get("store_region"),
+        chain_excludes=tuple(data.get("chain_excludes") or ()),
         raw=data,
     )
 
@@ -246,6 +251,18 @@ def _check_chain(data: dict[str, Any], scheduler: type[Scheduler], path: Path) -
         raise RecordError(f"{path}: field 'chain' names two attempts with the same last component; expected distinct attempts")
     if len(set(data["chain"])) != len(data["chain"]):
         raise RecordError(f"{path}: field 'chain' lists a job id twice; expected each attempt once")
+
+
+def _check_chain_excludes(data: dict[str, Any], scheduler: type[Scheduler], path: Path) -> None:
+    """Declared non-attempts: shaped like the chain's ids, and never one the chain names (both at once
+    would leave rlkeep to guess which the operator meant)."""
+    for index, job_id in enumerate(data.get("chain_excludes") or ()):
+        if job_id in data["chain"]:
+            raise RecordError(f"{path}: field 'chain_excludes[{index}]' is {job_id!r}, which 'chain' also names; "
+                              "expected a job that is not an attempt of this run: remove it from one of the two")
+        expected = scheduler.expected_job_id(job_id, data["user"])
+        if expected is not None:
+            raise RecordError(f"{path}: field 'chain_excludes[{index}]' is {job_id!r}; {expected}")
 
 
 def _check_kind_sections(data: dict[str, Any], spec: KindSpec, path: Path) -> None:

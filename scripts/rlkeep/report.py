@@ -214,6 +214,8 @@ def build_completion_record(job_dir: Path, record: JobRecord,
         "source_revision": {"run": run_source_revision(job_dir / "sync" / "logs.tar"), "rlkeep": rlkeep_revision()},
         "chain": [a["id"] for a in chain.get("attempts", [])] or list(record.chain),
         "retries_stopped": [s["id"] for s in retries.get("stopped", [])],
+        # the operator's decision (record chain_excludes) as the chain capture recorded it
+        "chain_excludes": chain.get("chain_excludes", []),
         "tracker_url": tracker_url,
         "tracker_url_source": tracker_url_source,
         "steps": {name: info["status"] for name, info in steps.items()},
@@ -250,6 +252,9 @@ def render_report(done: dict[str, Any]) -> str:
     lines.append(f"- Attempts: {', '.join(done.get('chain', []))}")
     if done.get("retries_stopped"):
         lines.append(f"- Pending retries stopped: {', '.join(done['retries_stopped'])}")
+    if done.get("chain_excludes"):
+        lines.append("- Not attempts of this run (the record's chain_excludes): " + ", ".join(
+            f"{entry['id']} ({entry['state'] or 'not listed'})" for entry in done["chain_excludes"]))
     source = done.get("tracker_url_source")
     lines.append(f"- Tracker: {done.get('tracker_url') or 'none recorded'}" + (
         f" (printed in the trainer log of attempt {source['attempt']}, line {source['line']})" if isinstance(source, dict) else ""))

@@ -31,6 +31,10 @@ class Scheduler(ABC):
 
     name: ClassVar[str]
     terminal_states: ClassVar[frozenset[str] | None] = None  # None: this scheduler reports no states
+    # states of a job that has started and not ended: stop_retries refuses while an attempt is in one
+    running_states: ClassVar[frozenset[str]] = frozenset()
+    # states of a job that has not ended (pending or running): a look-alike in one holds checkpoint reads
+    unfinished_states: ClassVar[frozenset[str]] = frozenset()
     requires_cluster: ClassVar[bool] = False  # a record naming this scheduler must name its `cluster:`
 
     def __init__(self, record: JobRecord) -> None:
@@ -55,6 +59,14 @@ class Scheduler(ABC):
         if self.terminal_states is None:
             return None
         return all(attempt["state"] in self.terminal_states for attempt in attempts)
+
+    def is_final(self, attempts: list[dict[str, Any]], unrecorded: list[dict[str, Any]]) -> bool:
+        """Whether asking the scheduler again could change what rlkeep does (rlkeep.chain_recapture):
+        not while an attempt still runs (stop_retries refuses) or a look-alike the record does not
+        exclude is pending or running (checkpoint reads wait). A pending attempt does not keep the
+        capture open: stop_retries ends it by exact id, asking its state again first."""
+        return not any(attempt["state"] in self.running_states for attempt in attempts) and \
+            not any(entry["state"] in self.unfinished_states for entry in unrecorded)
 
     def log_cli(self) -> IrisCli | None:
         """A command line that prints an attempt's log with proof of completeness, if there is one."""
@@ -95,6 +107,13 @@ def stop_each(pending: list[dict[str, Any]], stop: Callable[[str], str], ended: 
         stopped.append({"id": entry["id"], "state_before": entry["state"], "state_after": after["state"],
                         "stop_output": output.strip(), **extra(entry)})
     return stopped
+
+
+def asked_again(attempts: list[dict[str, Any]], unfinished: frozenset[str],
+                ask: Callable[[str], dict[str, Any]]) -> list[dict[str, Any]]:
+    """The attempts with each one chain.json saw unfinished asked again: a pending retry may have
+    started (never stop a running attempt) or ended since the capture (a stop held back earlier)."""
+    return [{**attempt, **ask(attempt["id"])} if attempt["state"] in unfinished else attempt for attempt in attempts]
 
 
 def checked_states(chain: dict[str, Any]) -> list[dict[str, Any]]:

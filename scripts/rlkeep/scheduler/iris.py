@@ -14,7 +14,7 @@ from typing import Any
 
 from rlkeep.errors import BlockedError, RlkeepError, SchedulerError
 from rlkeep.records import JobRecord, load_record
-from rlkeep.scheduler.interface import Scheduler, checked_states, env_number, refuse_running, stop_each
+from rlkeep.scheduler.interface import Scheduler, asked_again, checked_states, env_number, refuse_running, stop_each
 from rlkeep.scheduler.iris_cli import IrisCli
 from rlkeep.scheduler.iris_output import GONE, PENDING_STATES, TERMINAL_STATES, UNFINISHED_STATES
 from rlkeep.scheduler.job_ids import expected_iris_job_id
@@ -129,7 +129,9 @@ def refuse_while_unrecorded_attempts_run(chain: dict[str, Any], record_file: str
             f"unrecorded attempt(s) of this run still pending or running: {named}; they may still write "
             "checkpoints, so none are read. rlkeep never stops an attempt the record does not name. If it belongs "
             f"to this run, add it to `chain:` in {record_file}:\n{lines}\nand rerun (rlkeep then stops it by exact "
-            "id if it is still pending); otherwise let it end or stop it yourself, then rerun")
+            "id if it is still pending). If it is not an attempt of this run (an eval job named like the run), "
+            "add the same lines under `chain_excludes:` instead and rerun. Otherwise let it end or stop it "
+            "yourself, then rerun: rlkeep asks the scheduler again")
 
 
 def _store_log(record: JobRecord, slug: str) -> dict[str, Any]:
@@ -163,6 +165,8 @@ class IrisScheduler(Scheduler):
 
     name = "iris"
     terminal_states = frozenset(TERMINAL_STATES | {GONE})
+    running_states = frozenset(UNFINISHED_STATES - PENDING_STATES)
+    unfinished_states = frozenset(UNFINISHED_STATES)
     requires_cluster = True
 
     @classmethod
@@ -187,7 +191,8 @@ class IrisScheduler(Scheduler):
         return attempts, {"iris_cli": self.iris.forms.to_json(), "unrecorded": unrecorded, "unrecorded_check": how}
 
     def stop_retries(self, chain: dict[str, Any]) -> dict[str, Any]:
-        stopped = stop_pending_retries(self.iris, chain["attempts"], named=set(self.record.chain))
+        attempts = asked_again(chain["attempts"], self.unfinished_states, self.iris.entry)
+        stopped = stop_pending_retries(self.iris, attempts, named=set(self.record.chain))
         return sentinel(
             "completed", stopped=stopped, checked=checked_states(chain),
             not_stopped_unrecorded=[u["id"] for u in chain.get("unrecorded") or []],

@@ -20,7 +20,8 @@ from typing import Any
 
 from rlkeep.errors import SchedulerError
 from rlkeep.records import JobRecord
-from rlkeep.scheduler.interface import COMMAND_TIMEOUT_S, Scheduler, checked_states, refuse_running, stop_each
+from rlkeep.scheduler.interface import (COMMAND_TIMEOUT_S, Scheduler, asked_again, checked_states, refuse_running,
+                                        stop_each)
 from rlkeep.scheduler.job_ids import expected_slurm_job_id
 from rlkeep.steps import StepContext, sentinel
 
@@ -197,6 +198,8 @@ class SlurmScheduler(Scheduler):
 
     name = "slurm"
     terminal_states = frozenset(SLURM_TERMINAL_STATES)
+    running_states = frozenset(SLURM_RUNNING_STATES)
+    unfinished_states = frozenset(SLURM_RUNNING_STATES | SLURM_PENDING_STATES)
 
     @classmethod
     def expected_job_id(cls, job_id: str, user: str) -> str | None:
@@ -210,7 +213,8 @@ class SlurmScheduler(Scheduler):
         return [{"slug": job_id, **self.slurm.show(job_id)} for job_id in self.record.chain], {}
 
     def stop_retries(self, chain: dict[str, Any]) -> dict[str, Any]:
-        stopped = stop_pending_slurm(self.slurm, chain["attempts"], self.record.user)
+        attempts = asked_again(chain["attempts"], self.unfinished_states, self.slurm.show)
+        stopped = stop_pending_slurm(self.slurm, attempts, self.record.user)
         return sentinel("completed", stopped=stopped, checked=checked_states(chain),
                         note="cancelled exact ids only (scancel <id>)" if stopped else "no pending retries")
 
