@@ -129,11 +129,11 @@ def _say(message: str, step: str) -> None:
 def run_step(step: Step, ctx: StepContext) -> int:
     """Run one row of the step table; the exit status of the step (0, 1, or 128 + a stop signal)."""
     target = f"{step.name} ({step.function})"
-    function = step.load()
     started = time.monotonic()
     log.info("step %s for job %s", target, ctx.job)
     try:
         with stop_signals_raise():
+            function = step.load()  # inside: a Ctrl-C while a heavy module imports is a stop, not a traceback
             function(ctx)
     except RlkeepError as error:
         _remove_outputs(ctx)
@@ -186,11 +186,16 @@ def run_from_snakemake(smk: Any) -> None:
     sys.stdout = sys.stderr = stream
     configure_logging(stream)
     try:
-        step = step_for_rule(smk.rule)
-        ctx = context_from_snakemake(smk)
+        with stop_signals_raise():
+            step = step_for_rule(smk.rule)
+            ctx = context_from_snakemake(smk)
     except RlkeepError as error:
         print(f"rlkeep: {error}", file=stream, flush=True)
         sys.exit(1)
+    except StepTerminated as stop:
+        print(f"rlkeep: step {smk.rule} {stop} before it began; nothing was done: rerun the same command",
+              file=stream, flush=True)
+        sys.exit(128 + stop.signum)
     status = run_step(step, ctx)
     _close_log(stream, step.name, status)
     sys.exit(status)
