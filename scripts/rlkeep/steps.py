@@ -101,7 +101,8 @@ def stop_signals_raise() -> Iterator[None]:
         yield
     finally:
         for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            if signal.getsignal(signum) is _stop_requested:  # one set to SIG_IGN since (a stop came) stays so
+                signal.signal(signum, handler)
 
 
 def _remove_outputs(ctx: StepContext) -> None:
@@ -126,8 +127,14 @@ def _say(message: str, step: str) -> None:
         print(f"{message} [step {step}; its log could not take this line]", file=sys.__stderr__, flush=True)
 
 
-def run_step(step: Step, ctx: StepContext) -> int:
-    """Run one row of the step table; the exit status of the step (0, 1, or 128 + a stop signal)."""
+def run_step(step: Step, ctx: StepContext, *, process_ends: bool = False) -> int:
+    """Run one row of the step table; the exit status of the step (0, 1, or 128 + a stop signal).
+
+    process_ends: the process exits right after (a Snakemake job): once the step's outputs are whole,
+    stop signals are ignored, since dying of one now would leave Snakemake a failed job whose outputs
+    exist, which its next run forces (--rerun-incomplete) and then plans nothing downstream of an
+    ancient() input of it (Snakemake 9.27, dag.py update_needrun: such jobs are masked, then skipped).
+    """
     target = f"{step.name} ({step.function})"
     started = time.monotonic()
     log.info("step %s for job %s", target, ctx.job)
@@ -135,6 +142,9 @@ def run_step(step: Step, ctx: StepContext) -> int:
         with stop_signals_raise():
             function = step.load()  # inside: a Ctrl-C while a heavy module imports is a stop, not a traceback
             function(ctx)
+            if process_ends:
+                for signum in TERMINATING_SIGNALS:
+                    signal.signal(signum, signal.SIG_IGN)
     except RlkeepError as error:
         _remove_outputs(ctx)
         log.error("step %s failed after %.1fs", target, time.monotonic() - started)
@@ -196,7 +206,7 @@ def run_from_snakemake(smk: Any) -> None:
         print(f"rlkeep: step {smk.rule} {stop} before it began; nothing was done: rerun the same command",
               file=stream, flush=True)
         sys.exit(128 + stop.signum)
-    status = run_step(step, ctx)
+    status = run_step(step, ctx, process_ends=True)
     _close_log(stream, step.name, status)
     sys.exit(status)
 
