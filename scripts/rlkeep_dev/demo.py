@@ -18,6 +18,7 @@ import shlex
 import signal
 import sys
 import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 
 import yaml
@@ -31,7 +32,7 @@ from rlkeep_dev.devserver.iris import install_executable
 from rlkeep_dev.devserver.launch import hub_env
 from rlkeep_dev.devserver.s3 import S3Server
 from rlkeep_dev.example import iris_state, write_example_run
-from rlkeep_dev.interrupts import Stopped, run_to_its_end, stops_raise
+from rlkeep_dev.interrupts import Stopped, run_to_its_end, stops_deferred, stops_raise
 
 JOB = "rl-demo"
 USER = "demo"
@@ -71,7 +72,10 @@ def run_demo(data_root: Path, config: list[str], again: str) -> int:
         token_file.write_text(secrets.token_hex(16))
     token = token_file.read_text().strip()
 
-    with S3Server(services / "s3") as s3, HubServer(services / "hub", token=token).start() as hub:
+    with ExitStack() as running:
+        with stops_deferred():  # a stop while a service starts is raised once `running` will stop it
+            s3 = running.enter_context(S3Server(services / "s3"))
+            hub = running.enter_context(HubServer(services / "hub", token=token).start())
         s3.create_bucket(BUCKET)
         env = {
             **s3.env(),

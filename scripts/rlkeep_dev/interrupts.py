@@ -30,8 +30,9 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 POLL_SECONDS = 0.5  # how often jobs Snakemake started after the stop are looked for
 
 
-class Stopped(Exception):
-    """A stop signal arrived while the demo itself (not Snakemake) was working."""
+class Stopped(BaseException):
+    """A stop signal arrived while the demo itself (not Snakemake) was working. A BaseException, as
+    KeyboardInterrupt is, so no `except Exception` on the way (a retry loop, a readiness poll) takes it."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
@@ -55,6 +56,10 @@ def _restore(previous: dict[int, Any]) -> None:
         signal.signal(signum, handler)
 
 
+_DEFERRING: list[int] = []  # one entry per open stops_deferred block
+_PENDING: list[int] = []  # a stop that came while one was open
+
+
 @contextmanager
 def stops_raise() -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP raise Stopped, so `with` blocks (the services) unwind and stop."""
@@ -63,6 +68,9 @@ def stops_raise() -> Iterator[None]:
     def stop(signum: int, frame: Any) -> None:
         for other in previous:
             signal.signal(other, signal.SIG_IGN)  # one stop is enough: a second must not cut the unwinding short
+        if _DEFERRING:
+            _PENDING.append(signum)
+            return
         raise Stopped(signum)
 
     previous.update(_handled(stop))
@@ -70,6 +78,20 @@ def stops_raise() -> Iterator[None]:
         yield
     finally:
         _restore(previous)
+
+
+@contextmanager
+def stops_deferred() -> Iterator[None]:
+    """Inside stops_raise: a stop that comes in this block is raised as it ends. Around starting a
+    service: a stop raised while its process is being spawned would leave it running, unknown to the
+    code that stops it."""
+    _DEFERRING.append(1)
+    try:
+        yield
+    finally:
+        _DEFERRING.pop()
+    if not _DEFERRING and _PENDING:
+        raise Stopped(_PENDING.pop())
 
 
 def group_members(pgid: int) -> list[int] | None:
