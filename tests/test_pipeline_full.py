@@ -43,9 +43,12 @@ def card_at(hub, repo_id: str, revision: str, scratch: Path) -> str:
 
 
 def traces_links(card: str, hub) -> list[str]:
+    """The datasets the card's Training Traces section links, each at the address of the Hub in use."""
     section = markdown_section(card, TRACES_HEADING)
     assert section is not None, card
-    return dataset_links(section, hub.url)
+    links = dataset_links(section)
+    assert all(f"{hub.url}/datasets/{link}" in section for link in links), section
+    return links
 
 
 def model_history(hub, repo_id: str) -> list[str]:

@@ -104,7 +104,8 @@ def stop_signals_raise() -> Iterator[None]:
         yield
     finally:
         for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            if signal.getsignal(signum) is _stop_requested:  # one set to SIG_IGN since (a stop came) stays so
+                signal.signal(signum, handler)
 
 
 def _remove_outputs(ctx: StepContext) -> None:
@@ -144,14 +145,19 @@ def step_retries() -> int:
     return int(text)
 
 
-def run_step(step: Step, ctx: StepContext) -> int:
+def run_step(step: Step, ctx: StepContext, *, process_ends: bool = False) -> int:
     """Run one row of the step table; the exit status of the step (0, 1, or 128 + a stop signal).
-    A transient failure is tried again, at most step_retries() times; any other fails at once."""
-    function = step.load()
+    A transient failure is tried again, at most step_retries() times; any other fails at once.
+
+    process_ends: the process exits right after (a Snakemake job): once the step's outputs are whole,
+    stop signals are ignored, since dying of one now would leave Snakemake a failed job whose outputs
+    exist, which its next run forces (--rerun-incomplete) and then plans nothing downstream of an
+    ancient() input of it (Snakemake 9.27, dag.py update_needrun: such jobs are masked, then skipped).
+    """
     tries = 1 + step_retries()
     pause = seconds_from_env(RETRY_WAIT_ENV, 5.0)
     for number in range(1, tries + 1):
-        status, transient = _try_step(step, ctx, function, number, tries)
+        status, transient = _try_step(step, ctx, number, tries, process_ends)
         if transient is None:
             return status
         log.warning("step %s: %s; a transient failure: try %d of %d in %.0f s", step.name, transient, number + 1,
@@ -167,15 +173,19 @@ def run_step(step: Step, ctx: StepContext) -> int:
     raise AssertionError("unreachable: the last try returns its status")
 
 
-def _try_step(step: Step, ctx: StepContext, function: Callable[[StepContext], None], number: int,
-              tries: int) -> tuple[int, TransientError | None]:
+def _try_step(step: Step, ctx: StepContext, number: int, tries: int,
+              process_ends: bool) -> tuple[int, TransientError | None]:
     """One try: (exit status, None), or (1, the error) for a transient failure that may be tried again."""
     target = f"{step.name} ({step.function})"
     started = time.monotonic()
     log.info("step %s for job %s%s", target, ctx.job, f" (try {number} of {tries})" if number > 1 else "")
     try:
         with stop_signals_raise():
+            function = step.load()  # inside: a Ctrl-C while a heavy module imports is a stop, not a traceback
             function(ctx)
+            if process_ends:
+                for signum in TERMINATING_SIGNALS:
+                    signal.signal(signum, signal.SIG_IGN)
     except RlkeepError as error:
         _remove_outputs(ctx)
         log.error("step %s failed after %.1fs", target, time.monotonic() - started)
@@ -232,12 +242,17 @@ def run_from_snakemake(smk: Any) -> None:
     sys.stdout = sys.stderr = stream
     configure_logging(stream)
     try:
-        step = step_for_rule(smk.rule)
-        ctx = context_from_snakemake(smk)
+        with stop_signals_raise():
+            step = step_for_rule(smk.rule)
+            ctx = context_from_snakemake(smk)
     except RlkeepError as error:
         print(f"rlkeep: {error}", file=stream, flush=True)
         sys.exit(1)
-    status = run_step(step, ctx)
+    except StepTerminated as stop:
+        print(f"rlkeep: step {smk.rule} {stop} before it began; nothing was done: rerun the same command",
+              file=stream, flush=True)
+        sys.exit(128 + stop.signum)
+    status = run_step(step, ctx, process_ends=True)
     _close_log(stream, step.name, status)
     sys.exit(status)
 

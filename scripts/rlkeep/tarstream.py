@@ -209,9 +209,14 @@ class TarOutput:
     def __enter__(self) -> tuple[tarfile.TarFile, HashingWriter]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.handle = open(self.tmp, "wb")
-        self.hasher = HashingWriter(self.handle)
-        # "w" on the hashing writer (it tells its size): members go straight to it, no stream buffer
-        self.tar = tarfile.open(fileobj=self.hasher, mode="w", format=tarfile.PAX_FORMAT)  # type: ignore[arg-type]
+        try:
+            self.hasher = HashingWriter(self.handle)
+            # "w" on the hashing writer (it tells its size): members go straight to it, no stream buffer
+            self.tar = tarfile.open(fileobj=self.hasher, mode="w", format=tarfile.PAX_FORMAT)  # type: ignore[arg-type]
+        except BaseException:  # e.g. a stop just after the open: `with` calls no __exit__ when __enter__ raises
+            self.handle.close()
+            self.tmp.unlink(missing_ok=True)
+            raise
         return self.tar, self.hasher
 
     def __exit__(self, exc_type: object, *rest: object) -> None:

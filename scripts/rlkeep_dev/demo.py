@@ -2,8 +2,11 @@
 
 Starts the embedded services on 127.0.0.1 (SeaweedFS as the object store, the Hub-compatible
 server), seeds a generated SkyRL + Harbor run into the store once, writes its job record and
-the Iris stand-in's state, runs `snakemake --profile <repo>/profiles/local rl-demo/DONE`,
-prints the completion record and ends with the path of the campaign page (campaign/index.html). A second run reuses the services' data and finds nothing to do.
+the Iris stand-in's state, runs `snakemake --profile <repo>/profiles/local rl-demo/DONE` (with the
+`--config` values given), prints the completion record and ends with the path of the campaign page
+(campaign/index.html). A second run reuses the services' data and finds nothing to do; the closing
+hint (reclaim with authority) is such a second run. Ctrl-C lets Snakemake finish its clean-up and
+stops the services (rlkeep_dev.interrupts): the same command then goes on, the services on new ports.
 """
 from __future__ import annotations
 
@@ -11,9 +14,11 @@ import argparse
 import json
 import os
 import secrets
-import subprocess
+import shlex
+import signal
 import sys
 import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 
 import yaml
@@ -27,6 +32,7 @@ from rlkeep_dev.devserver.iris import install_executable
 from rlkeep_dev.devserver.launch import hub_env
 from rlkeep_dev.devserver.s3 import S3Server
 from rlkeep_dev.example import iris_state, write_example_run
+from rlkeep_dev.interrupts import Stopped, run_to_its_end, stops_deferred, stops_raise
 
 JOB = "rl-demo"
 USER = "demo"
@@ -56,7 +62,8 @@ def seed_store(services: Path, env: dict[str, str]) -> dict:
     return seeded
 
 
-def run_demo(data_root: Path) -> int:
+def run_demo(data_root: Path, config: list[str], again: str) -> int:
+    """`again`: this very command as the operator can type it again."""
     data_root = data_root.resolve()
     services = data_root / ".services"
     services.mkdir(parents=True, exist_ok=True)
@@ -65,7 +72,10 @@ def run_demo(data_root: Path) -> int:
         token_file.write_text(secrets.token_hex(16))
     token = token_file.read_text().strip()
 
-    with S3Server(services / "s3") as s3, HubServer(services / "hub", token=token).start() as hub:
+    with ExitStack() as running:
+        with stops_deferred():  # a stop while a service starts is raised once `running` will stop it
+            s3 = running.enter_context(S3Server(services / "s3"))
+            hub = running.enter_context(HubServer(services / "hub", token=token).start())
         s3.create_bucket(BUCKET)
         env = {
             **s3.env(),
@@ -90,8 +100,14 @@ def run_demo(data_root: Path) -> int:
         repo = project_root()
         command = [sys.executable, "-m", "snakemake", "--snakefile", str(repo / "Snakefile"),
                    "--profile", str(repo / "profiles" / "local"), f"{JOB}/DONE"]
+        command += ["--config", *config] if config else []  # after the target: --config takes every word after it
         print("rlkeep demo: " + " ".join(command[2:]), flush=True)
-        result = subprocess.run(command, cwd=data_root, env={**os.environ, **env})
+        result = run_to_its_end(command, cwd=data_root, env={**os.environ, **env})
+    if result.stopped_by is not None:
+        print(f"rlkeep demo: stopped by {signal.Signals(result.stopped_by).name}; Snakemake ended (exit status "
+              f"{result.returncode}) and the services are stopped. To go on, run the same command:\n  {again}",
+              file=sys.stderr)
+        return 128 + result.stopped_by
 
     done_path = data_root / JOB / "DONE"
     status_path = data_root / JOB / "STATUS.json"
@@ -109,8 +125,9 @@ def run_demo(data_root: Path) -> int:
     print(json.dumps({key: done.get(key) for key in ("job", "kind", "terminal_state", "steps", "checkpoint",
                                                     "destinations", "artifacts", "registration", "reclaimed",
                                                     "remaining_work") if key in done}, indent=2))
-    print(f"\nReclaiming the run's storage needs explicit authority for this job: rerun with "
-          f"--config reclaim_authorized={JOB}")
+    if (done.get("reclaimed") or {}).get("status") != "completed":
+        print(f"\nReclaiming the run's storage needs explicit authority for this job; this starts the services "
+              f"again and grants it:\n  {reclaim_command(again, config)}")
     print(f"\nCampaign page (open it in a browser): {campaign_page}")
     return 0
 
@@ -133,8 +150,40 @@ def artifact_listing(job_dir: Path) -> str:
     return "\n".join(lines)
 
 
+def launcher() -> list[str]:
+    """How to start this rlkeep again from the current directory: the venv's `rlkeep` script beside
+    this Python when there is one (`make demo` runs `.venv/bin/python -m rlkeep`), else `python -m rlkeep`."""
+    python = Path(sys.executable)
+    script = python.with_name("rlkeep")
+
+    def shown(path: Path) -> str:
+        absolute = path.absolute()
+        return str(absolute.relative_to(Path.cwd())) if absolute.is_relative_to(Path.cwd()) else str(absolute)
+
+    return [shown(script)] if script.is_file() else [shown(python), "-m", "rlkeep"]
+
+
+def reclaim_command(again: str, config: list[str]) -> str:
+    """The same demo command, granting reclamation for the demo job (the other --config values kept)."""
+    words = shlex.split(again)
+    if "--config" in words:
+        words = words[:words.index("--config")]
+    kept = [value for value in config if not value.startswith("reclaim_authorized=")]
+    return shlex.join([*words, "--config", *kept, f"reclaim_authorized={JOB}"])
+
+
 def cli_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="rlkeep demo", description=__doc__)
     parser.add_argument("--data-root", type=Path, default=Path("demo-data"))
+    parser.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="passed to Snakemake's --config, e.g. reclaim_authorized=rl-demo")
     args = parser.parse_args(argv)
-    return run_demo(args.data_root)
+    again = shlex.join([*launcher(), "demo", "--data-root", str(args.data_root),
+                        *(["--config", *args.config] if args.config else [])])
+    try:
+        with stops_raise():
+            return run_demo(args.data_root, args.config, again)
+    except Stopped as stop:  # the demo's own work (seeding, starting the services) was stopped
+        print(f"rlkeep demo: stopped by {stop}; the services are stopped. To go on, run the same command:\n  {again}",
+              file=sys.stderr)
+        return 128 + stop.signum

@@ -48,6 +48,10 @@ class HubTarget:
         # token=False: never fall back to a token file saved for another Hub.
         return HfApi(endpoint=self.endpoint, token=self.token if self.token else False)
 
+    def repo_url(self, repo_id: str, repo_type: str = "model") -> str:
+        """Where this Hub serves the repo (the one place such a URL is joined): datasets under /datasets/."""
+        return f"{self.endpoint}/{repo_id}" if repo_type == "model" else f"{self.endpoint}/{repo_type}s/{repo_id}"
+
     def scrub(self, text: str) -> str:
         """Defence in depth: no message built here should contain the token, but make sure."""
         if self.token and len(self.token) >= 8:  # shorter strings are not secrets, just noise to mask

@@ -113,8 +113,7 @@ def verify_model_publication(stage_dir: Path, repo_id: str, commit: str, work_di
         shown = "; ".join(f"{path}: {reason}" for path, reason in redaction.unreadable[:20])
         problems.append(f"redaction check: {len(redaction.unreadable)} file(s) in the download could not be read, so "
                         f"they are not known to hold no credential: {shown}")
-    problems += check_publication(download_dir, endpoint=target.endpoint, expected_dataset=traces_repo,
-                                  pending_traces_link=pending_traces_link)
+    problems += check_publication(download_dir, expected_dataset=traces_repo, pending_traces_link=pending_traces_link)
     remote = digest_files(downloaded_files(download_dir))
     expected = staged_files(stage_dir)
     if card is not None:
@@ -126,7 +125,7 @@ def verify_model_publication(stage_dir: Path, repo_id: str, commit: str, work_di
             f"download in {download_dir}):\n" + "\n".join(f"  - {problem}" for problem in problems)))
     return {
         "status": "completed", "repo_id": repo_id, "repo_type": "model", "commit": commit, "verified_commit": head,
-        "url": f"{target.endpoint}/{repo_id}", "download_dir": str(download_dir),
+        "url": target.repo_url(repo_id), "download_dir": str(download_dir),
         "files": [{"path": rel, "size": d.size, "sha256": d.sha256} for rel, d in sorted(remote.items())],
         "remote_extras": sorted(remote.keys() & ALLOWED_REMOTE_EXTRAS), "redaction_findings": 0,
         "redaction_files_scanned": getattr(redaction, "files_scanned", None),

@@ -4,6 +4,7 @@ and writes its verify sentinel; the Hub work is in model.py and traces.py.
 """
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tarfile
@@ -14,12 +15,15 @@ from rlkeep.errors import RlkeepError
 from rlkeep.files import link_or_copy
 from rlkeep.hub.card import link_traces_in_card, render_model_card
 from rlkeep.hub.checks import check_publication
+from rlkeep.hub.client import resolve_target
 from rlkeep.hub.model import finding_text, publish_model, publish_model_card, verify_model_publication
 from rlkeep.hub.traces import MANIFEST_NAME, replace_trace_shards, verify_trace_publication
 from rlkeep.hub.trees import CARD_NAME, tree_bytes
 from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
 from rlkeep.redaction import redact_tree, redactor_from_environment
 from rlkeep.steps import StepContext, check_transfer, not_applicable
+
+log = logging.getLogger(__name__)
 
 
 def _training_logs(ctx: StepContext, logs_dir: Path) -> list[str]:
@@ -143,7 +147,7 @@ def _verified_traces(ctx: StepContext, repo_id: str) -> dict[str, Any]:
         status = evidence.get("status") if isinstance(evidence, dict) else type(evidence).__name__
         raise RlkeepError(f"{path}: status {status!r}; the model card links the trace dataset only once it is "
                           "verified (status 'completed')")
-    if evidence.get("repo_id") != repo_id or not evidence.get("url"):
+    if evidence.get("repo_id") != repo_id:
         raise RlkeepError(f"{path}: verifies {evidence.get('repo_id')!r}, not the record's publish.traces "
                           f"{repo_id!r}; rerun publish_traces")
     return evidence
@@ -168,7 +172,10 @@ def link_model_card_step(ctx: StepContext) -> None:
     traces = _verified_traces(ctx, repo_id)
     stage = ctx.inputs["stage"]
     card = ctx.job_dir / "stage" / "model_card" / CARD_NAME
-    linked = link_traces_in_card((stage / CARD_NAME).read_text(encoding="utf-8"), repo_id, traces["url"])
+    # The link names the dataset by its repo id at the Hub in use, not at the address verify/traces.json
+    # was written against: the endpoint may have moved since (another port, a mirror).
+    url = resolve_target().repo_url(repo_id, "dataset")
+    linked = link_traces_in_card((stage / CARD_NAME).read_text(encoding="utf-8"), repo_id, url)
     atomic_write_bytes(card, linked.encode("utf-8"))
     redactor = redactor_from_environment()
     findings = redact_tree(card.parent, redactor, check=True).findings
@@ -177,6 +184,8 @@ def link_model_card_step(ctx: StepContext) -> None:
                           + ", ".join(finding_text(finding) for finding in findings[:10]))
     published = publish_model_card(card, publish["model"],
                                    commit_message=f"rlkeep: link the verified trace dataset {repo_id}")
+    if published["no_op"]:
+        log.info("the model repo's main already holds this card (an earlier invocation committed it); verifying it")
     evidence = verify_model_publication(stage, publish["model"], published["commit"], ctx.work_dir("link_model_card"),
                                         redactor=redactor, traces_repo=repo_id, card=card)
     download = evidence.get("download_dir")
@@ -185,7 +194,7 @@ def link_model_card_step(ctx: StepContext) -> None:
     write_json(ctx.outputs["verify"], {
         **evidence, "status": "completed", "published": published, "upload_commit": upload.get("commit"),
         "card": card.relative_to(ctx.job_dir).as_posix(),
-        "training_traces_link": {"dataset": repo_id, "url": traces["url"], "traces_commit": traces.get("commit")},
+        "training_traces_link": {"dataset": repo_id, "url": url, "traces_commit": traces.get("commit")},
     })
 
 

@@ -104,7 +104,7 @@ def verify_trace_publication(stage_dir: Path, repo_id: str, commit: str, *, endp
             f"{commit}):\n" + "\n".join(f"  - {problem}" for problem in problems)))
     return {
         "status": "completed", "repo_id": repo_id, "repo_type": "dataset", "commit": commit,
-        "verified_commit": head, "url": f"{target.endpoint}/datasets/{repo_id}", "shards": evidence_shards,
+        "verified_commit": head, "url": target.repo_url(repo_id, "dataset"), "shards": evidence_shards,
         "manifest": {"path": MANIFEST_NAME, "sha256": sha256_file(files[MANIFEST_NAME])},
     }
 

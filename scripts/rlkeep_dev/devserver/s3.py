@@ -97,7 +97,11 @@ class S3Server:
         log = open(self.data_dir / "weed.log", "ab")
         self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
-        self._wait_ready(timeout)
+        try:
+            self._wait_ready(timeout)
+        except BaseException:  # e.g. Ctrl-C while it starts: `with` calls no __exit__ when __enter__ raises
+            self.stop()
+            raise
         return self
 
     def _wait_ready(self, timeout: float) -> None:
