@@ -272,21 +272,7 @@ def build_archive(
 
 
 def _write_member(out: tarfile.TarFile, tars: list[tarfile.TarFile], sources: list[tuple[str, Path]], item: Planned) -> None:
-    entry = item.entry
-    if entry.reason is not None:
+    if item.entry.reason is not None:
         return
-    info = tar_member(entry.member, entry.size)
-    if item.path is not None:
-        with open(item.path, "rb") as handle:
-            out.addfile(info, _ExactReader(handle, entry.size, str(item.path)))  # type: ignore[arg-type]
-        return
-    assert item.tar_index is not None and item.tarinfo is not None
-    source_path = sources[item.tar_index][1]
-    try:
-        body = tars[item.tar_index].extractfile(item.tarinfo)
-        if body is None:
-            raise RlkeepError(f"{source_path}: member {item.tarinfo.name!r} has no data")
-        out.addfile(info, body)
-    except (tarfile.TarError, OSError, EOFError, zlib.error) as error:
-        raise RlkeepError(f"{source_path}: member {item.tarinfo.name!r} could not be read ({error}); "
-                          "the sync tar is truncated or corrupt: rerun the sync step") from None
+    with _member_body(item, tars, sources) as body:
+        out.addfile(tar_member(item.entry.member, item.entry.size), body)
