@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,10 +19,13 @@ import pytest
 import yaml
 
 from rlkeep_dev.devserver.iris import install_executable
+from rlkeep_dev.devserver.noslurm import no_cluster_env
 from rlkeep_dev.devserver.s3 import S3Server
 
 REPO = Path(__file__).resolve().parents[1]
 _bucket_numbers = itertools.count()
+# every Snakemake start would otherwise wait ~9 s on scontrol where SLURM's client has no cluster
+os.environ.update(no_cluster_env(Path(tempfile.mkdtemp(prefix="rlkeep-no-slurm-"))))
 
 
 @pytest.fixture(scope="session")

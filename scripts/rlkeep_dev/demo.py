@@ -30,6 +30,7 @@ from rlkeep.storage import open_store, upload_tree
 from rlkeep_dev.devserver.hub import HubServer
 from rlkeep_dev.devserver.iris import install_executable
 from rlkeep_dev.devserver.launch import hub_env
+from rlkeep_dev.devserver.noslurm import no_cluster_env
 from rlkeep_dev.devserver.s3 import S3Server
 from rlkeep_dev.example import iris_state, write_example_run
 from rlkeep_dev.interrupts import Stopped, run_to_its_end, stops_deferred, stops_raise
@@ -82,6 +83,7 @@ def run_demo(data_root: Path, config: list[str], again: str) -> int:
             **hub_env(hub.url, token, base={}),
             "IRIS_STANDIN_STATE": str(services / "iris-state.json"),
             "IRIS_STANDIN_CALLS": str(services / "iris-calls.jsonl"),
+            **no_cluster_env(services),  # the demo uses no SLURM cluster: Snakemake starts without scontrol's wait
         }
         seeded = seed_store(services, env)
         records = data_root / "records"
