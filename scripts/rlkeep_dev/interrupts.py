@@ -157,7 +157,8 @@ def run_to_its_end(command: list[str], *, cwd: Path, env: dict[str, str] | None)
     stopper = _Stopper()
     previous = _handled(stopper.on_signal)
     try:
-        stopper.child = subprocess.Popen(command, cwd=cwd, env=env, start_new_session=True)
+        argv = [*command]  # an argument list, never a string a shell would read
+        stopper.child = subprocess.Popen(argv, cwd=cwd, env=env, start_new_session=True)
         while True:
             stopper.stop()  # a signal that came before the child existed; jobs started since the stop
             try:
