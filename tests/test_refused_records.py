@@ -47,8 +47,8 @@ def test_bad_records_are_named_and_every_good_one_is_built(tmp_path: Path, data_
                              "store": f"s3://runs/{UNBASED}", "checkpoint": {"interval": 20},
                              "publish": {"model": f"demo/{UNBASED}", "traces": f"demo/{UNBASED}-traces"}})
     typo_error = (f"records/{TYPO}.yaml: unknown key 'stroe' in the top level; expected only: archive, base_model, "
-                  "chain, checkpoint, cluster, job, kind, layout, publish, register, scheduler, store, store_region, "
-                  "tracker_url, user")
+                  "chain, chain_excludes, checkpoint, cluster, job, kind, layout, publish, register, scheduler, "
+                  "store, store_region, tracker_url, user")
     unbased_error = (f"records/{UNBASED}.yaml: field 'base_model' is missing; expected a Hub model id like "
                      "Qwen/Qwen3-8B because publish.model names a model to publish (rlkeep never guesses a base model)")
     refusal = (f"rlkeep: 2 record(s) refused; their jobs are not planned, every other record's are. Correct each "
