@@ -14,10 +14,10 @@ import lzma
 import os
 import pickle
 import random
-import resource
 import subprocess
 import sys
 import tarfile
+import tempfile
 import zipfile
 from pathlib import Path
 from urllib.parse import quote
@@ -39,12 +39,18 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def run_cli(args: list[str]) -> tuple[subprocess.CompletedProcess[str], int]:
-    """`rlkeep redact` in a child; also its peak RSS in KiB."""
+    """`rlkeep redact` in a child; also the peak RSS in KiB of that child alone (os.wait4 reaps it with
+    its own usage; RUSAGE_CHILDREN would be the largest of every child this test worker ever waited for)."""
     env = {k: v for k, v in os.environ.items() if k not in credential_variable_names(os.environ)}
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    result = subprocess.run([sys.executable, "-m", "rlkeep", "redact", *args], capture_output=True, text=True,
-                            env=env, cwd=REPO, timeout=600)
-    return result, max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    command = [sys.executable, "-m", "rlkeep", "redact", *args]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        child = subprocess.Popen(command, stdout=out, stderr=err, env=env, cwd=REPO)
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        result = subprocess.CompletedProcess(command, child.returncode, out.read().decode(), err.read().decode())
+    return result, usage.ru_maxrss
 
 
 class Creds:
