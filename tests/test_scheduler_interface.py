@@ -11,8 +11,10 @@ import yaml
 
 from rlkeep.errors import SchedulerError
 from rlkeep.records import load_record
+from rlkeep.report import terminal_state
 from rlkeep.scheduler import (SCHEDULERS, IrisScheduler, NoScheduler, SlurmScheduler, capture_chain_step,
                               scheduler_for, stop_each, stop_retries_step)
+from rlkeep.scheduler.interface import StopJournal, states_asked_again, stopped_earlier
 from rlkeep.steps import StepContext
 
 SCHEMA = Path(__file__).resolve().parents[1] / "scripts" / "rlkeep" / "schemas" / "record.schema.json"
@@ -71,3 +73,31 @@ def test_the_one_stop_loop_confirms_each_stop_and_stops_at_the_first_that_did_no
     with pytest.raises(SchedulerError, match="b is still pending"):
         stop_each(pending, stop, ended)
     assert calls == ["a", "a", "b"]  # c is never stopped once b did not end
+
+
+def test_a_stop_sent_before_the_step_was_killed_is_still_counted_as_ours_when_it_runs_again(tmp_path: Path) -> None:
+    """The kill lands after the scheduler stopped the retry and before retries.json: on the rerun the
+    retry reads as ended, and only the journal says rlkeep ended it. An attempt that ended with no
+    stop of ours in the journal is not claimed; its state now is reported, not chain.json's."""
+    journal = StopJournal(tmp_path / ".work" / "stop_retries" / "sent.json")
+    journal.path.parent.mkdir(parents=True)
+
+    def killed_after_sending(job_id: str) -> dict:
+        raise KeyboardInterrupt  # the step dies while confirming: the stop itself went out
+
+    captured = [{"id": "/demo/k", "state": "failed"}, {"id": "/demo/k-r1", "state": "pending"},
+                {"id": "/demo/k-r2", "state": "pending"}]
+    with pytest.raises(KeyboardInterrupt):
+        stop_each(captured[1:2], lambda job_id: f"stopped {job_id}\n", killed_after_sending,
+                  lambda entry: {"stop_form": f"iris job stop {entry['id']}"}, journal)
+    now = [captured[0], {"id": "/demo/k-r1", "state": "killed"}, {"id": "/demo/k-r2", "state": "killed"}]
+    assert stopped_earlier(captured, now, journal, frozenset({"killed", "failed"})) == [
+        {"id": "/demo/k-r1", "state_before": "pending", "state_after": "killed", "stop_output": "stopped /demo/k-r1",
+         "stop_form": "iris job stop /demo/k-r1", "sent_by_an_earlier_try": True}]
+    states_now = states_asked_again(captured, now)
+    assert states_now == {"/demo/k-r1": "killed", "/demo/k-r2": "killed"}
+    chain = {"attempts": captured}
+    assert terminal_state(chain, {"stopped": [], "states_now": states_now}) == "killed"
+    assert terminal_state(chain, {"stopped": []}) == "pending"  # a retries.json from before states_now
+    # still pending now: nothing claimed, whatever the journal holds
+    assert stopped_earlier(captured, captured, journal, frozenset({"killed"})) == []

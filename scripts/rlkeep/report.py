@@ -37,7 +37,8 @@ def rlkeep_revision() -> str:
 
 
 def terminal_state(chain: dict[str, Any], retries: dict[str, Any]) -> str:
-    """The last attempt's state once this run's pending retries were stopped."""
+    """The last attempt's state once this run's pending retries were stopped: as stop_retries found
+    it (`states_now`: it may have ended since chain.json), else as chain.json has it."""
     attempts = chain.get("attempts", [])
     if not attempts:
         return "unknown"
@@ -45,7 +46,7 @@ def terminal_state(chain: dict[str, Any], retries: dict[str, Any]) -> str:
     stopped = {entry["id"]: entry["state_after"] for entry in retries.get("stopped", [])}
     if last["id"] in stopped:
         return f"{stopped[last['id']]} (pending retry stopped by rlkeep)"
-    return str(last.get("state", "unknown"))
+    return str((retries.get("states_now") or {}).get(last["id"]) or last.get("state", "unknown"))
 
 
 def _optional_json(path: Path) -> dict[str, Any] | None:

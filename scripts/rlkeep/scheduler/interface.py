@@ -12,9 +12,11 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rlkeep.errors import SchedulerError
+from rlkeep.jsonio import read_json, write_json
 from rlkeep.records import JobRecord
 from rlkeep.steps import StepContext
 
@@ -51,8 +53,9 @@ class Scheduler(ABC):
         """(every attempt's chain.json entry in record order, the scheduler's own chain.json fields)."""
 
     @abstractmethod
-    def stop_retries(self, chain: dict[str, Any]) -> dict[str, Any]:
-        """retries.json: the chain's pending retries stopped by exact id, nothing else."""
+    def stop_retries(self, chain: dict[str, Any], journal: StopJournal) -> dict[str, Any]:
+        """retries.json: the chain's pending retries stopped by exact id, nothing else (`journal`
+        keeps each stop sent, so a rerun after a kill still counts the stops it sent)."""
 
     def all_terminal(self, attempts: list[dict[str, Any]]) -> bool | None:
         """Whether every attempt has ended; None where this scheduler reports no states."""
@@ -96,17 +99,57 @@ def refuse_running(running: list[str], what: str) -> None:
         )
 
 
+class StopJournal:
+    """The stops stop_retries sent, kept across its reruns: `<job>/.work/stop_retries/sent.json`,
+    {id: retries.json entry so far}. An id is written before its stop is sent and again with the
+    answer, so a step killed after the scheduler acted still knows, when it runs again, that the
+    attempt it now finds ended was ended by rlkeep (`stopped_earlier`). No path: nothing is kept."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+
+    def sent(self) -> dict[str, dict[str, Any]]:
+        if self.path is None or not self.path.is_file():
+            return {}
+        return read_json(self.path)
+
+    def record(self, entry: dict[str, Any]) -> None:
+        if self.path is not None:
+            write_json(self.path, {**self.sent(), entry["id"]: entry})
+
+
 def stop_each(pending: list[dict[str, Any]], stop: Callable[[str], str], ended: Callable[[str], dict[str, Any]],
-              extra: Callable[[dict[str, Any]], dict[str, Any]] = lambda entry: {}) -> list[dict[str, Any]]:
+              extra: Callable[[dict[str, Any]], dict[str, Any]] = lambda entry: {},
+              journal: StopJournal | None = None) -> list[dict[str, Any]]:
     """The one stop loop: stop each pending chain entry by its exact id, then confirm it ended
     (`ended` raises when it did not); the retries.json entry of each."""
+    journal = journal or StopJournal(None)
     stopped = []
     for entry in pending:
-        output = stop(entry["id"])
+        sending = {"id": entry["id"], "state_before": entry["state"], **extra(entry)}
+        journal.record(sending)
+        output = stop(entry["id"]).strip()
+        journal.record({**sending, "stop_output": output})
         after = ended(entry["id"])
-        stopped.append({"id": entry["id"], "state_before": entry["state"], "state_after": after["state"],
-                        "stop_output": output.strip(), **extra(entry)})
+        stopped.append({**sending, "state_after": after["state"], "stop_output": output})
     return stopped
+
+
+def stopped_earlier(captured: list[dict[str, Any]], now: list[dict[str, Any]], journal: StopJournal,
+                    ended_states: frozenset[str]) -> list[dict[str, Any]]:
+    """The retries.json entries of stops an earlier, interrupted try of this step sent: attempts
+    chain.json saw unfinished that have ended since, and whose stop the journal holds. (An attempt
+    that ended with no stop of ours in the journal ended on its own: it is not claimed.)"""
+    sent = journal.sent()
+    return [{**sent[before["id"]], "state_after": after["state"],
+             "stop_output": sent[before["id"]].get("stop_output", ""), "sent_by_an_earlier_try": True}
+            for before, after in zip(captured, now)
+            if before["id"] in sent and after["state"] != before["state"] and after["state"] in ended_states]
+
+
+def states_asked_again(captured: list[dict[str, Any]], now: list[dict[str, Any]]) -> dict[str, str]:
+    """retries.json's `states_now`: {id: state} of each attempt whose state changed since chain.json."""
+    return {after["id"]: after["state"] for before, after in zip(captured, now) if after["state"] != before["state"]}
 
 
 def asked_again(attempts: list[dict[str, Any]], unfinished: frozenset[str],

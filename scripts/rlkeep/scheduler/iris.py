@@ -14,7 +14,8 @@ from typing import Any
 
 from rlkeep.errors import BlockedError, RlkeepError, SchedulerError
 from rlkeep.records import JobRecord, load_record
-from rlkeep.scheduler.interface import Scheduler, asked_again, checked_states, env_number, refuse_running, stop_each
+from rlkeep.scheduler.interface import (Scheduler, StopJournal, asked_again, checked_states, env_number, refuse_running,
+                                       states_asked_again, stop_each, stopped_earlier)
 from rlkeep.scheduler.iris_cli import IrisCli
 from rlkeep.scheduler.iris_output import GONE, PENDING_STATES, TERMINAL_STATES, UNFINISHED_STATES
 from rlkeep.scheduler.job_ids import expected_iris_job_id
@@ -55,7 +56,8 @@ def children_in_the_way(iris: IrisCli, pending: list[str]) -> dict[str, list[tup
 
 
 def stop_pending_retries(iris: IrisCli, chain: list[dict[str, Any]], *, named: set[str] | None = None,
-                         wait_s: float | None = None, poll_s: float | None = None) -> list[dict[str, Any]]:
+                         wait_s: float | None = None, poll_s: float | None = None,
+                         journal: StopJournal | None = None) -> list[dict[str, Any]]:
     """Stop the chain's attempts that are queued again (a pending resubmission or a scheduler retry of
     the same task, back in pending with failures), by exact id only, and only ids the record names.
 
@@ -81,7 +83,8 @@ def stop_pending_retries(iris: IrisCli, chain: list[dict[str, Any]], *, named: s
             "job that ends other than succeeded, whatever flag is passed. Let them finish or stop them yourself, then rerun")
     return stop_each(pending, iris.stop, lambda job_id: _wait_until_ended(iris, job_id, wait_s, poll_s),
                      lambda entry: {"queued_retry": entry.get("queued_retry"),
-                                    "stop_form": "iris job " + " ".join(iris.forms.stop or ()).format(job=entry["id"])})
+                                    "stop_form": "iris job " + " ".join(iris.forms.stop or ()).format(job=entry["id"])},
+                     journal)
 
 
 def extends_run(job_id: str, roots: set[str]) -> bool:
@@ -190,11 +193,13 @@ class IrisScheduler(Scheduler):
                                               chains_of_other_records(ctx))
         return attempts, {"iris_cli": self.iris.forms.to_json(), "unrecorded": unrecorded, "unrecorded_check": how}
 
-    def stop_retries(self, chain: dict[str, Any]) -> dict[str, Any]:
+    def stop_retries(self, chain: dict[str, Any], journal: StopJournal) -> dict[str, Any]:
         attempts = asked_again(chain["attempts"], self.unfinished_states, self.iris.entry)
-        stopped = stop_pending_retries(self.iris, attempts, named=set(self.record.chain))
+        stopped = stopped_earlier(chain["attempts"], attempts, journal, self.terminal_states) + \
+            stop_pending_retries(self.iris, attempts, named=set(self.record.chain), journal=journal)
         return sentinel(
             "completed", stopped=stopped, checked=checked_states(chain),
+            states_now=states_asked_again(chain["attempts"], attempts),
             not_stopped_unrecorded=[u["id"] for u in chain.get("unrecorded") or []],
             note=(f"stopped exact ids only ({stopped[0]['stop_form'].replace(stopped[0]['id'], 'JOB')})" if stopped
                   else "no pending retries"),

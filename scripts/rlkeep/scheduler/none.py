@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlkeep.scheduler.interface import Scheduler
+from rlkeep.scheduler.interface import Scheduler, StopJournal
 from rlkeep.scheduler.job_ids import expected_iris_job_id
 from rlkeep.steps import StepContext, not_applicable
 
@@ -22,5 +22,5 @@ class NoScheduler(Scheduler):
         return [{"slug": job_id.rsplit("/", 1)[-1], "id": job_id, "state": "unknown", "summary_format": "none"}
                 for job_id in self.record.chain], {}
 
-    def stop_retries(self, chain: dict[str, Any]) -> dict[str, Any]:
+    def stop_retries(self, chain: dict[str, Any], journal: StopJournal) -> dict[str, Any]:
         return not_applicable("scheduler none: nothing to cancel", stopped=[])

@@ -20,8 +20,8 @@ from typing import Any
 
 from rlkeep.errors import SchedulerError
 from rlkeep.records import JobRecord
-from rlkeep.scheduler.interface import (COMMAND_TIMEOUT_S, Scheduler, asked_again, checked_states, refuse_running,
-                                        stop_each)
+from rlkeep.scheduler.interface import (COMMAND_TIMEOUT_S, Scheduler, StopJournal, asked_again, checked_states,
+                                        refuse_running, states_asked_again, stop_each, stopped_earlier)
 from rlkeep.scheduler.job_ids import expected_slurm_job_id
 from rlkeep.steps import StepContext, sentinel
 
@@ -174,7 +174,8 @@ class SlurmCli:
         return result.stdout
 
 
-def stop_pending_slurm(slurm: SlurmCli, chain: list[dict[str, Any]], user: str) -> list[dict[str, Any]]:
+def stop_pending_slurm(slurm: SlurmCli, chain: list[dict[str, Any]], user: str,
+                       journal: StopJournal | None = None) -> list[dict[str, Any]]:
     """`scancel` the chain's pending (requeued) attempts by exact id; they must be the record's user's."""
     refuse_running([entry["id"] for entry in chain if entry["state"] in SLURM_RUNNING_STATES], "SLURM job")
     pending = [entry for entry in chain if entry["state"] in SLURM_PENDING_STATES]
@@ -190,7 +191,7 @@ def stop_pending_slurm(slurm: SlurmCli, chain: list[dict[str, Any]], user: str) 
             raise SchedulerError(f"scancel {job_id}: the job is still {after['state']} afterwards")
         return after
 
-    return stop_each(pending, slurm.cancel, ended)
+    return stop_each(pending, slurm.cancel, ended, journal=journal)
 
 
 class SlurmScheduler(Scheduler):
@@ -212,10 +213,12 @@ class SlurmScheduler(Scheduler):
     def capture(self, ctx: StepContext) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         return [{"slug": job_id, **self.slurm.show(job_id)} for job_id in self.record.chain], {}
 
-    def stop_retries(self, chain: dict[str, Any]) -> dict[str, Any]:
+    def stop_retries(self, chain: dict[str, Any], journal: StopJournal) -> dict[str, Any]:
         attempts = asked_again(chain["attempts"], self.unfinished_states, self.slurm.show)
-        stopped = stop_pending_slurm(self.slurm, attempts, self.record.user)
+        stopped = stopped_earlier(chain["attempts"], attempts, journal, self.terminal_states) + \
+            stop_pending_slurm(self.slurm, attempts, self.record.user, journal)
         return sentinel("completed", stopped=stopped, checked=checked_states(chain),
+                        states_now=states_asked_again(chain["attempts"], attempts),
                         note="cancelled exact ids only (scancel <id>)" if stopped else "no pending retries")
 
     def stdout_paths(self, attempts: list[dict[str, Any]]) -> dict[str, str]:

@@ -6,6 +6,7 @@ from typing import Any
 
 from rlkeep.chain_recapture import write_bookkeeping
 from rlkeep.jsonio import read_json, write_json
+from rlkeep.scheduler.interface import StopJournal
 from rlkeep.scheduler.named import scheduler_for
 from rlkeep.steps import StepContext, sentinel
 
@@ -48,4 +49,5 @@ def capture_chain_step(ctx: StepContext) -> None:
 
 def stop_retries_step(ctx: StepContext) -> None:
     """`<job>/retries.json`: stop the chain's pending retries by exact id, nothing else."""
-    write_json(ctx.outputs["retries"], scheduler_for(ctx.record).stop_retries(read_json(ctx.inputs["chain"])))
+    journal = StopJournal(ctx.work_dir("stop_retries") / "sent.json")
+    write_json(ctx.outputs["retries"], scheduler_for(ctx.record).stop_retries(read_json(ctx.inputs["chain"]), journal))
