@@ -19,11 +19,9 @@
 #   <job>/verify/restore.json, <job>/restore/DONE ...... rules/archive.smk (restore rehearsal, restore)
 #   <job>/DONE, <job>/REPORT.md, <job>/STATUS.json ....... rules/report.smk
 #   campaign/index.html, campaign/<job>.html ........... rules/campaign.smk (and after every invocation)
-# Each rule runs one function of the `rlkeep` package (scripts/rlkeep/) through
-# scripts/run_step.py, logged to <job>/logs/<rule>.log: the rule's name is its row in the step
-# table, scripts/rlkeep/pipeline.py, which names the function (rule name -> PIPELINE row ->
-# rlkeep.<module>:*_step, imported only by the job that runs it).
-# The same row's `kinds` (rl | sft | datagen | eval; rlkeep/kinds.py) decides which of these a job's
+# Each rule names its adapter, scripts/steps/<rule>.py, which imports the rule's one function of
+# the `rlkeep` package (scripts/rlkeep/) and runs it, logged to <job>/logs/<rule>.log.
+# The rule's row in scripts/rlkeep/pipeline.py says what reports need of it; its `kinds` (rl | sft | datagen | eval; rlkeep/kinds.py) decides which of these a job's
 # DONE needs: get_done_inputs, get_archive_inputs and get_reclaim_inputs in rules/common.smk.
 
 from snakemake.utils import min_version

@@ -16,7 +16,7 @@ rule archive:
     params:
         settings=get_archive_settings,
     script:
-        RUN_STEP
+        "../scripts/steps/archive.py"
 
 
 rule verify_archive:
@@ -36,7 +36,7 @@ rule verify_archive:
     params:
         settings=get_archive_transfer_settings,
     script:
-        RUN_STEP
+        "../scripts/steps/verify_archive.py"
 
 
 # The restore rehearsal: the archive read back from where verify_archive verified it, restored into
@@ -55,7 +55,7 @@ rule rehearse_restore:
     resources:
         net_io=1,
     script:
-        RUN_STEP
+        "../scripts/steps/rehearse_restore.py"
 
 
 # On demand, never part of DONE: the run's informative tree restored from its archive into
@@ -75,7 +75,7 @@ rule restore:
     resources:
         net_io=1,
     script:
-        RUN_STEP
+        "../scripts/steps/restore.py"
 
 
 # Registration (runbook step 6): only when the record says register.authorized, and only of a
@@ -95,7 +95,7 @@ rule register:
     params:
         settings=get_register_settings,
     script:
-        RUN_STEP
+        "../scripts/steps/register.py"
 
 
 # Reclamation (runbook step 7): its inputs are every verify sentinel of the kind; it acts only with
@@ -116,4 +116,4 @@ rule reclaim:
     params:
         settings=get_reclaim_settings,
     script:
-        RUN_STEP
+        "../scripts/steps/reclaim.py"

@@ -24,4 +24,4 @@ rule campaign:
         records=get_records_dir,
         invocation=get_invocation(),  # the command a blocked run's row says to continue with
     script:
-        "../scripts/campaign_step.py"
+        "../scripts/steps/campaign.py"

@@ -15,7 +15,7 @@ rule capture_chain:
     params:
         settings=get_chain_settings,
     script:
-        RUN_STEP
+        "../scripts/steps/capture_chain.py"
 
 
 rule stop_retries:
@@ -28,4 +28,4 @@ rule stop_retries:
     conda:
         RLKEEP_ENV
     script:
-        RUN_STEP
+        "../scripts/steps/stop_retries.py"

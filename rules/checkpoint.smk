@@ -17,7 +17,7 @@ rule list_checkpoints:
     resources:
         net_io=1,
     script:
-        RUN_STEP
+        "../scripts/steps/list_checkpoints.py"
 
 
 rule metric_surface:
@@ -52,7 +52,7 @@ rule metric_surface:
     conda:
         RLKEEP_ENV
     script:
-        RUN_STEP
+        "../scripts/steps/metric_surface.py"
 
 
 # Per-trial rows from the trace tarball, apart from the surface: selection and export never wait
@@ -80,7 +80,7 @@ rule trial_table:
     conda:
         RLKEEP_ENV
     script:
-        RUN_STEP
+        "../scripts/steps/trial_table.py"
 
 
 rule select_checkpoint:
@@ -96,4 +96,4 @@ rule select_checkpoint:
     params:
         settings=get_selection_settings,
     script:
-        RUN_STEP
+        "../scripts/steps/select_checkpoint.py"

@@ -67,8 +67,6 @@ from rlkeep.steps import is_authorized
 validate(config, "../scripts/rlkeep/schemas/config.schema.yaml")
 
 RECORDS_DIR = Path(config["records"])
-# The adapter every rule runs, which calls the function named by the rule's row in rlkeep/pipeline.py.
-RUN_STEP = "../scripts/run_step.py"
 # every rule runs in the one pinned environment (`--sdm conda` builds it; without it, the .venv)
 RLKEEP_ENV = "../envs/rlkeep.yaml"
 

@@ -16,4 +16,4 @@ rule export_model:
     resources:
         net_io=1,
     script:
-        RUN_STEP
+        "../scripts/steps/export_model.py"

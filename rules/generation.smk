@@ -26,4 +26,4 @@ rule generation_stats:
     conda:
         RLKEEP_ENV
     script:
-        RUN_STEP
+        "../scripts/steps/generation_stats.py"

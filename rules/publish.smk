@@ -32,7 +32,7 @@ rule stage_model:
     params:
         settings=get_publish_settings,
     script:
-        RUN_STEP
+        "../scripts/steps/stage_model.py"
 
 
 rule publish_model:
@@ -49,7 +49,7 @@ rule publish_model:
     params:
         settings=get_publish_settings,
     script:
-        RUN_STEP
+        "../scripts/steps/publish_model.py"
 
 
 # Trace dataset (runbook step 5): rebuilt from the full synced tree, never the monitor sample.
@@ -68,7 +68,7 @@ rule stage_traces:
     params:
         settings=get_trace_settings,
     script:
-        RUN_STEP
+        "../scripts/steps/stage_traces.py"
 
 
 rule publish_traces:
@@ -85,7 +85,7 @@ rule publish_traces:
     params:
         settings=get_publish_settings,
     script:
-        RUN_STEP
+        "../scripts/steps/publish_traces.py"
 
 
 # After both publications: the card's trace link (the README commit also writes the card it
@@ -106,4 +106,4 @@ rule link_model_card:
     params:
         settings=get_publish_settings,
     script:
-        RUN_STEP
+        "../scripts/steps/link_model_card.py"

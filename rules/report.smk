@@ -20,4 +20,4 @@ rule done:
     params:
         settings=get_record_digest,
     script:
-        RUN_STEP
+        "../scripts/steps/done.py"

@@ -18,7 +18,7 @@ rule sync_logs:
     params:
         settings=get_sync_settings("logs"),
     script:
-        RUN_STEP
+        "../scripts/steps/sync_logs.py"
 
 
 rule sync_traces:
@@ -36,4 +36,4 @@ rule sync_traces:
     params:
         settings=get_sync_settings("traces"),
     script:
-        RUN_STEP
+        "../scripts/steps/sync_traces.py"

@@ -1,4 +1,4 @@
-"""rlkeep.pipeline, the one step table: every rule has its row and nothing else names its function;
+"""rlkeep.pipeline, the one step table: every rule has its row and its own adapter, which alone names its function;
 the SLURM profile's sizes are the table's; one authorization answer for the Snakefile and the steps;
 and a data root made by the revision before the table (rules named their function in `params: run=`)
 plans "Nothing to be done" after the one-time migration README describes (`--touch`).
@@ -19,8 +19,9 @@ import yaml
 
 from rlkeep.errors import RlkeepError
 from rlkeep.kinds import KINDS
-from rlkeep.pipeline import PIPELINE, STEPS, slurm_resources, slurm_threads, step_for_rule, step_for_target
+from rlkeep.pipeline import PIPELINE, STEPS, slurm_resources, slurm_threads, step_for_rule
 from rlkeep.records import load_record
+from rlkeep.step_cli import ADAPTERS, adapter_reference, load_function, rule_for_target
 from rlkeep.steps import StepContext, is_authorized
 from tests.conftest import REPO, run_snakemake, seed_example
 
@@ -36,33 +37,47 @@ def rule_names() -> set[str]:
     return {line.strip() for line in result.stdout.splitlines() if line.strip()}
 
 
-def test_every_rule_has_one_row_and_no_rule_names_its_function() -> None:
+def rule_scripts() -> dict[str, str]:
+    """{rule: its `script:` path} of every rule in rules/*.smk."""
+    scripts = {}
+    for smk in (REPO / "rules").glob("*.smk"):
+        for match in re.finditer(r"^rule (\w+):\n(?:(?!^rule ).*\n)*?    script:\n\s+\"([^\"]+)\"", smk.read_text(), re.M):
+            scripts[match.group(1)] = match.group(2)
+    return scripts
+
+
+def test_every_rule_has_one_row_and_runs_its_own_adapter() -> None:
     names = [step.name for step in PIPELINE]
     assert len(names) == len(set(names))
-    assert rule_names() - {"all", "campaign"} == set(names)  # campaign has its own adapter, all runs nothing
+    assert rule_names() - {"all", "campaign"} == set(names)  # campaign is no step, all runs nothing
     for smk in (REPO / "rules").glob("*.smk"):
-        assert "run=" not in smk.read_text(), smk  # the table, not a params string, picks the function
+        assert "run=" not in smk.read_text(), smk  # the adapter, not a params string, picks the function
+    scripts = rule_scripts()
+    assert scripts == {rule: f"../scripts/steps/{rule}.py" for rule in rule_names() - {"all"}}
+    assert {path.stem for path in ADAPTERS.glob("*.py")} == set(scripts)  # no adapter without its rule
     for step in PIPELINE:
         assert step_for_rule(step.name) is step
-        assert step_for_target(step.function) is step
+        assert rule_for_target(step.name) == step.name
         assert step.kinds <= set(KINDS), step
     assert [step.name for step in STEPS] == [step.name for step in PIPELINE if step.evidence]
     with pytest.raises(RlkeepError, match="no row in rlkeep.pipeline.PIPELINE"):
         step_for_rule("publish_modle")
 
 
-def test_every_row_names_a_step_function_that_resolves() -> None:
-    """The reference is the function's own module path and name: a renamed or moved function fails
-    here, not in a run."""
+def test_every_adapter_imports_its_step_function_from_the_module_that_defines_it() -> None:
+    """The import is the function's own module and name (go to definition lands on it): a renamed or
+    moved function fails here, not in a run. `rlkeep step` reads the same import."""
     for step in PIPELINE:
-        module, colon, name = step.function.partition(":")
-        assert colon and module.startswith("rlkeep.") and name.endswith("_step"), step
-        function = step.load()
-        assert callable(function) and f"{function.__module__}:{function.__name__}" == step.function, (step, function)
-    # the name a package re-exports finds the row too (`rlkeep step rlkeep.archive:archive_step`)
-    assert step_for_target("rlkeep.archive:archive_step") is step_for_rule("archive")
-    with pytest.raises(RlkeepError, match="no row of rlkeep.pipeline.PIPELINE runs it"):
-        step_for_target("rlkeep.archive:no_such_step")
+        reference = adapter_reference(step.name)
+        module, colon, name = reference.partition(":")
+        assert colon and module.startswith("rlkeep.") and name.endswith("_step"), (step.name, reference)
+        function = load_function(reference)
+        assert callable(function) and f"{function.__module__}:{function.__name__}" == reference, (step, function)
+        assert rule_for_target(reference) == step.name
+    # the name a package re-exports finds the rule too (`rlkeep step rlkeep.archive:archive_step`)
+    assert rule_for_target("rlkeep.archive:archive_step") == "archive"
+    with pytest.raises(RlkeepError, match="no rule's adapter"):
+        rule_for_target("rlkeep.archive:no_such_step")
 
 
 # Libraries a planning process or a step that does not use them must not import (together about
@@ -99,10 +114,10 @@ def test_planning_imports_no_heavy_library() -> None:
 @pytest.mark.parametrize("rule", ["capture_chain", "sync_logs", "list_checkpoints", "select_checkpoint",
                                   "export_model", "verify_archive", "reclaim", "done"])
 def test_a_step_process_imports_only_what_its_step_uses(rule: str) -> None:
-    """run_step.py's path: rlkeep.steps, then the row's own module; none of these steps uses a
+    """An adapter's path: rlkeep.steps, then its function's own module; none of these steps uses a
     HEAVY library at import (export imports torch only to read a sharded checkpoint)."""
-    loaded = heavy_modules_after(f"import rlkeep.steps\nfrom rlkeep.pipeline import step_for_rule\n"
-                                 f"step_for_rule({rule!r}).load()")
+    module, _, name = adapter_reference(rule).partition(":")
+    loaded = heavy_modules_after(f"import rlkeep.steps\nfrom {module} import {name}")
     assert loaded == []
 
 
@@ -202,3 +217,22 @@ def test_a_data_root_of_the_previous_revision_plans_nothing_after_the_documented
     assert "reclaim" in planned_rules(granted) and "capture_chain" not in planned_rules(granted)
     refused = run_snakemake(data_root, f"{JOB}/DONE", extra=("-n",), config=("reclaim_authorized=[other]",))
     assert "Nothing to be done" in refused.stdout + refused.stderr, planned_rules(refused)
+
+
+@pytest.mark.parametrize("target", ["capture_chain", "rlkeep.scheduler.steps:capture_chain_step"])
+def test_rlkeep_step_runs_the_function_the_rules_adapter_imports(tmp_path: Path, target: str) -> None:
+    """`rlkeep step` as README gives it, on a record whose scheduler is `none` (nothing to reach)."""
+    records = tmp_path / "records"
+    records.mkdir()
+    (records / "k.yaml").write_text(yaml.safe_dump({
+        "job": "k", "user": "demo", "scheduler": "none", "chain": ["/demo/k"], "store": "file:///data/k",
+        "checkpoint": {"interval": 5}}))
+    result = subprocess.run([sys.executable, "-m", "rlkeep", "step", target, "--job", "k", "--output",
+                             "chain=k/chain.json"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "step capture_chain (rlkeep.scheduler.steps:capture_chain_step)" in result.stderr
+    chain = yaml.safe_load((tmp_path / "k" / "chain.json").read_text())
+    assert [attempt["id"] for attempt in chain["attempts"]] == ["/demo/k"]
+    wrong = subprocess.run([sys.executable, "-m", "rlkeep", "step", "capture_chian", "--job", "k"],
+                           capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert wrong.returncode != 0 and "capture_chian" in wrong.stderr and "capture_chain" in wrong.stderr

@@ -14,7 +14,6 @@ import pytest
 import yaml
 
 from rlkeep.errors import RecordError, RlkeepError, TransientError
-from rlkeep.pipeline import ALL_KINDS, Step
 from rlkeep.records import load_record
 from rlkeep.steps import StepContext, run_step
 from rlkeep.storage.failures import StoreUnavailable
@@ -47,8 +46,8 @@ def test_every_profile_leaves_retries_to_the_steps() -> None:
         assert settings["retries"] == 0, profile
 
 
-# A real row of the step table's shape whose function is below: each try appends a line to tries.txt.
-FLAKY = Step("flaky", f"{__name__}:flaky_step", ALL_KINDS, 100, 1)
+# A step whose function is below: each try appends a line to tries.txt.
+FLAKY = "flaky"
 FAILURES: dict[str, list[Exception]] = {}
 
 
@@ -84,7 +83,7 @@ def test_transient_failures_are_tried_again_and_permanent_ones_once(
     monkeypatch.setenv("RLKEEP_STEP_RETRY_WAIT", "0")
     ctx = context(tmp_path)
     FAILURES[JOB] = list(failures)
-    assert run_step(FLAKY, ctx) == status
+    assert run_step(FLAKY, flaky_step, ctx) == status
     assert (ctx.job_dir / "tries.txt").read_text().count("try") == tries
     assert ctx.outputs["out"].is_file() == made
     said = capsys.readouterr().err
@@ -97,7 +96,7 @@ def test_no_retries_when_the_operator_says_so(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setenv("RLKEEP_STEP_RETRIES", "0")
     ctx = context(tmp_path)
     FAILURES[JOB] = [StoreUnavailable("down")]
-    assert run_step(FLAKY, ctx) == 1
+    assert run_step(FLAKY, flaky_step, ctx) == 1
     assert (ctx.job_dir / "tries.txt").read_text().count("try") == 1
 
 

@@ -1,22 +1,7 @@
-"""The one step table: every rule that runs a package function, what it runs, for which run kinds,
-what proves it, and what it needs from a cluster.
-
-Follow a rule to its code: `rules/<stage>.smk` names the rule; its row here names the function as
-`rlkeep.<module>:<function>` (the module path and the function's own name, nothing computed: grep
-or "go to file" finds it, and `rlkeep step rlkeep.<module>:<function> --job J` runs it by hand);
-`scripts/run_step.py` hands the Snakemake job to `rlkeep.steps.run_from_snakemake`, which picks the
-row by `snakemake.rule` and imports only that row's module (`Step.load`).
-
-Why a reference and not an imported function: this module is imported by every step process
-(Snakemake starts one per job, about twenty per run) and by planning (rules/common.smk reads the
-table through rlkeep.kinds and rlkeep.report). Importing every step module here made each of them
-pay for pyarrow, huggingface_hub, numpy and the rest (about 0.6 s before the step did anything),
-and planning pay for all of it. Deferring every such library into the functions that use it would
-scatter imports through modules whose types and schemas are built from them; one reference per row
-keeps the cost decision in one place (a module that serves two steps may still defer the one
-library only one of them needs, saying its cost: rlkeep.archive's Hub upload and redaction).
-tests/test_pipeline_table.py resolves every reference (a renamed or moved function fails there,
-not in a run) and checks that planning imports none of the heavy libraries.
+"""The step table: every rule that runs a package function, for which run kinds, what proves it,
+and what it needs from a cluster. What a rule runs is not here: each rule names its adapter,
+`scripts/steps/<rule>.py`, which imports the function (`rlkeep step <rule>` reads it there,
+rlkeep.step_cli); tests/test_pipeline_table.py checks that every row has its rule and adapter.
 
 Everything else reads this table rather than restating it:
 - STEPS (the rows with `evidence`): the steps DONE, STATUS.json, REPORT.md and the campaign page
@@ -31,20 +16,15 @@ Everything else reads this table rather than restating it:
   (tests/test_pipeline_table.py keeps the two equal; `rlkeep install-profiles` sizes a rule the
   file does not name from this table).
 
-The function is not a Snakemake `params` entry, so renaming or moving it never reruns a finished
-step. This module imports no step module, so any module may import it at its top.
+This module imports no step module and no heavy library: planning and every step process import it.
 """
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rlkeep.errors import RlkeepError
-
-if TYPE_CHECKING:
-    from rlkeep.steps import StepContext
 
 ALL_KINDS = frozenset({"rl", "sft", "datagen", "eval"})
 RL = frozenset({"rl"})
@@ -54,8 +34,7 @@ TRACE_PUBLISHING = frozenset({"rl", "datagen"})  # kinds that can publish a trac
 
 @dataclass(frozen=True)
 class Step:
-    name: str  # the Snakemake rule (rules/*.smk) and the step's name in DONE
-    function: str  # "rlkeep.<module>:<function>", imported by the process that runs the step (load)
+    name: str  # the Snakemake rule (rules/*.smk), its adapter scripts/steps/<name>.py, the step in DONE
     kinds: frozenset[str]  # the run kinds (rlkeep.kinds) it applies to
     mem_mb: int  # SLURM memory and wall time (minutes), sized for an 8B run with a few hundred
     runtime: int  # thousand trace objects; memory is bounded by rlkeep's streaming, not run size
@@ -71,97 +50,93 @@ class Step:
     # "<rule> if <condition>" holds only for the records CONDITIONS names (the rule's input function)
     after: tuple[str, ...] = ()
 
-    def load(self) -> Callable[[StepContext], None]:
-        """The step's function, importing its module (and only its module's imports) now."""
-        module, _, name = self.function.partition(":")
-        return getattr(importlib.import_module(module), name)
 
 
 PIPELINE: tuple[Step, ...] = (
-    Step("capture_chain", "rlkeep.scheduler.steps:capture_chain_step", ALL_KINDS, 1000, 15, evidence="chain.json",
+    Step("capture_chain", ALL_KINDS, 1000, 15, evidence="chain.json",
          remaining="make the Iris chain readable (iris on PATH, cluster reachable) and rerun"),
-    Step("stop_retries", "rlkeep.scheduler.steps:stop_retries_step", ALL_KINDS, 1000, 15, evidence="retries.json",
+    Step("stop_retries", ALL_KINDS, 1000, 15, evidence="retries.json",
          remaining="stop the run's pending retries, then rerun",
          after=("capture_chain",)),
-    Step("sync_logs", "rlkeep.sync:sync_logs_step", ALL_KINDS, 4000, 120, evidence="sync/logs.manifest.json",
+    Step("sync_logs", ALL_KINDS, 4000, 120, evidence="sync/logs.manifest.json",
          remaining="make every attempt's trainer log readable, then rerun",
          after=("capture_chain", "stop_retries")),
-    Step("sync_traces", "rlkeep.sync:sync_traces_step", TRACE_KINDS, 4000, 480, threads=2,
+    Step("sync_traces", TRACE_KINDS, 4000, 480, threads=2,
          evidence="sync/trace_jobs.manifest.json",
          remaining="fix the trace prefix or the skip policy named in the log, then rerun",
          after=("stop_retries",)),
-    Step("list_checkpoints", "rlkeep.checkpoints.step:list_checkpoints_step", RL, 1000, 30,
+    Step("list_checkpoints", RL, 1000, 30,
          evidence="checkpoint/candidates.json",
          remaining="make the store's ckpts/ and exports/ listable, then rerun",
          after=("capture_chain", "stop_retries")),
-    Step("metric_surface", "rlkeep.metrics.step:metric_surface_step", RL, 4000, 60, evidence="metrics/metrics.csv",
+    Step("metric_surface", RL, 4000, 60, evidence="metrics/metrics.csv",
          remaining="correct the trainer log named in the log where the run keeps it (the store's logs/ or the "
                    "scheduler), then rerun: the command copies the logs again",
          forcerun=("sync_logs",), after=("sync_logs", "list_checkpoints")),
-    Step("trial_table", "rlkeep.metrics.step:trial_table_step", RL, 4000, 120, evidence="metrics/trials.csv",
+    Step("trial_table", RL, 4000, 120, evidence="metrics/trials.csv",
          remaining="correct the trace object named in the log in the store, then rerun: the command copies the "
                    "traces again",
          forcerun=("sync_traces",), after=("sync_traces",)),
-    Step("generation_stats", "rlkeep.generation_stats:generation_stats_step", RL, 2000, 60,
+    Step("generation_stats", RL, 2000, 60,
          evidence="metrics/generation.md",
          remaining="correct the log named in the log where the run keeps it, then rerun: the command copies the "
                    "logs again",
          forcerun=("sync_logs",), after=("sync_logs",)),
-    Step("select_checkpoint", "rlkeep.checkpoints.step:select_checkpoint_step", RL, 1000, 15,
+    Step("select_checkpoint", RL, 1000, 15,
          evidence="checkpoint/selected.json",
          remaining="declare checkpoint.rule in the record (ema_max, latest or step) from the listed candidates, "
                    "then rerun",
          after=("list_checkpoints", "metric_surface")),
-    Step("export_model", "rlkeep.export.step:export_step", RL, 16000, 240, threads=2, evidence="export.json",
+    Step("export_model", RL, 16000, 240, threads=2, evidence="export.json",
          remaining="consolidate the selected checkpoint as the log says (an export job for Megatron), then rerun",
          after=("list_checkpoints", "select_checkpoint")),
-    Step("stage_model", "rlkeep.hub.steps:stage_model_step", RL, 4000, 120,
+    Step("stage_model", RL, 4000, 120,
          after=("capture_chain", "sync_logs", "metric_surface", "select_checkpoint", "export_model")),
-    Step("publish_model", "rlkeep.hub.steps:publish_model_step", RL, 4000, 480, evidence="verify/model_upload.json",
+    Step("publish_model", RL, 4000, 480, evidence="verify/model_upload.json",
          verify="model_upload",
          remaining="fix the publication problem named in the log (staging is kept), then rerun: the upload resumes",
          after=("stage_model if publish", "capture_chain if no publish")),
-    Step("stage_traces", "rlkeep.traces.step:stage_traces_step", TRACE_PUBLISHING, 8000, 240, threads=2,
+    Step("stage_traces", TRACE_PUBLISHING, 8000, 240, threads=2,
          after=("sync_traces",)),
-    Step("publish_traces", "rlkeep.hub.steps:publish_traces_step", TRACE_PUBLISHING, 4000, 240, evidence="verify/traces.json",
+    Step("publish_traces", TRACE_PUBLISHING, 4000, 240, evidence="verify/traces.json",
          verify="traces",
          remaining="fix the trace dataset problem named in the log (coverage, Hub), then rerun",
          after=("stage_traces if publish", "capture_chain if no publish")),
-    Step("link_model_card", "rlkeep.hub.steps:link_model_card_step", RL, 4000, 240,
+    Step("link_model_card", RL, 4000, 240,
          evidence="verify/model.json", verify="model",
          remaining="fix the card problem named in the log, then rerun: the link is one commit that changes "
                    "README.md only",
          after=("publish_model", "stage_model if publish", "publish_traces if publish.traces")),
-    Step("register", "rlkeep.registry:register_step", RL, 1000, 15, evidence="register.json",
+    Step("register", RL, 1000, 15, evidence="register.json",
          remaining="resolve the registry problem named in the log, then rerun",
          after=("publish_traces", "link_model_card")),
-    Step("archive", "rlkeep.archive.step:archive_step", ALL_KINDS, 4000, 240, threads=2, evidence="archive/MANIFEST",
+    Step("archive", ALL_KINDS, 4000, 240, threads=2, evidence="archive/MANIFEST",
          remaining="fix the archive problem named in the log, then rerun",
          after=("capture_chain", "stop_retries", "sync_logs", "sync_traces")),
-    Step("verify_archive", "rlkeep.archive.step:verify_archive_step", ALL_KINDS, 2000, 240,
+    Step("verify_archive", ALL_KINDS, 2000, 240,
          evidence="verify/archive.json",
          verify="archive", remaining="make archive.dest reachable or fix the mismatch named in the log, then rerun",
          after=("archive",)),
-    Step("rehearse_restore", "rlkeep.restore.step:rehearse_restore_step", ALL_KINDS, 2000, 240,
+    Step("rehearse_restore", ALL_KINDS, 2000, 240,
          evidence="verify/restore.json", verify="restore",
          remaining="the restore rehearsal names a changed or missing archive member: rerun, and the command "
                    "builds and uploads the archive again",
          forcerun=("archive",),
          after=("capture_chain", "stop_retries", "sync_logs", "sync_traces", "metric_surface", "trial_table",
                 "archive", "verify_archive")),
-    Step("reclaim", "rlkeep.reclaim:reclaim_step", ALL_KINDS, 2000, 240, evidence="reclaim.json",
+    Step("reclaim", ALL_KINDS, 2000, 240, evidence="reclaim.json",
          remaining="rerun with --config reclaim_authorized=<job> once every verification passed",
          after=("sync_logs", "sync_traces", "publish_model", "publish_traces", "link_model_card", "archive",
                 "verify_archive", "rehearse_restore")),
-    Step("done", "rlkeep.report:done_step", ALL_KINDS, 1000, 15),
+    Step("done", ALL_KINDS, 1000, 15),
     # on demand, not part of DONE: `<job>/restore/DONE`, the archive restored into <job>/restore/tree/
-    Step("restore", "rlkeep.restore.step:restore_step", ALL_KINDS, 2000, 240, after=("archive", "verify_archive")),
+    Step("restore", ALL_KINDS, 2000, 240, after=("archive", "verify_archive")),
 )
 
 STEPS: tuple[Step, ...] = tuple(step for step in PIPELINE if step.evidence is not None)
 STEP_BY_NAME: dict[str, Step] = {step.name: step for step in PIPELINE}
 
-# Rules that run no package step: `campaign` has its own adapter (scripts/campaign_step.py, no
+# Rules that run no package step: `campaign` has its own adapter (scripts/steps/campaign.py, no
 # job wildcard), `all` is the default target. Their SLURM sizes are here so the profile has them.
 OTHER_RULE_RESOURCES: dict[str, dict[str, int]] = {"campaign": {"mem_mb": 1000, "runtime": 15}}
 
@@ -199,24 +174,6 @@ def step_for_rule(rule: str) -> Step:
     except KeyError:
         raise RlkeepError(f"rule {rule!r} has no row in rlkeep.pipeline.PIPELINE; expected one of: "
                           f"{', '.join(STEP_BY_NAME)}") from None
-
-
-def step_for_target(target: str) -> Step:
-    """`rlkeep step`'s argument: a rule name, or the function as rlkeep.<module>:<function>."""
-    if ":" not in target:
-        return step_for_rule(target)
-    references = {target}
-    module, _, name = target.partition(":")
-    try:  # a name a package re-exports (rlkeep.archive:archive_step) finds the row of the module defining it
-        function = getattr(importlib.import_module(module), name)
-        references.add(f"{function.__module__}:{function.__name__}")
-    except (ImportError, AttributeError, ValueError):  # no such module or name: the error below
-        pass
-    for step in PIPELINE:
-        if step.function in references:
-            return step
-    raise RlkeepError(f"step target {target!r}: no row of rlkeep.pipeline.PIPELINE runs it; expected a rule name "
-                      f"({', '.join(STEP_BY_NAME)}) or rlkeep.<module>:<function> of one")
 
 
 def steps_for_kind(kind: str) -> tuple[str, ...]:

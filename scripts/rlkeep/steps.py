@@ -1,15 +1,15 @@
 """The thin edge between a Snakemake rule and the package.
 
-Every rule runs `scripts/run_step.py`; that adapter calls `run_from_snakemake`, which finds the
-rule's row in rlkeep.pipeline's table by `snakemake.rule`, builds a StepContext (job, validated
-record, named inputs and outputs, settings) and calls the row's function. An RlkeepError ends the step with its
-message as the log's last line (`rlkeep: ...`) and exit status 1; the outputs are left
+Every rule runs its own adapter, `scripts/steps/<rule>.py`, which imports the rule's function
+directly (one import away from the rule, for a reader and an editor) and hands it to a
+RuleProcess: the step's log becomes the process's output, a StepContext is built (job, validated
+record, named inputs and outputs, settings) and the function runs. An RlkeepError ends the step
+with its message as the log's last line (`rlkeep: ...`) and exit status 1; the outputs are left
 unwritten, so Snakemake records the step as failed and a rerun resumes there. A TransientError
 is tried again first (run_step), a bounded number of times; any other failure only once.
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import shutil
@@ -17,15 +17,14 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 from rlkeep.diskspace import is_no_space, no_space_message
 from rlkeep.errors import RlkeepError, StepTerminated, TransientError
-from rlkeep.pipeline import Step, step_for_rule, step_for_target
 from rlkeep.records import JobRecord, load_record, record_path
 from rlkeep.regions import Region, compare
 from rlkeep.waits import seconds_from_env
@@ -145,9 +144,13 @@ def step_retries() -> int:
     return int(text)
 
 
-def run_step(step: Step, ctx: StepContext, *, process_ends: bool = False) -> int:
-    """Run one row of the step table; the exit status of the step (0, 1, or 128 + a stop signal).
-    A transient failure is tried again, at most step_retries() times; any other fails at once.
+StepFunction = Callable[["StepContext"], None]
+
+
+def run_step(name: str, function: StepFunction, ctx: StepContext, *, process_ends: bool = False) -> int:
+    """Run the step `name` (its rule) by calling `function`; the exit status of the step (0, 1, or
+    128 + a stop signal). A transient failure is tried again, at most step_retries() times; any
+    other fails at once.
 
     process_ends: the process exits right after (a Snakemake job): once the step's outputs are whole,
     stop signals are ignored, since dying of one now would leave Snakemake a failed job whose outputs
@@ -157,31 +160,30 @@ def run_step(step: Step, ctx: StepContext, *, process_ends: bool = False) -> int
     tries = 1 + step_retries()
     pause = seconds_from_env(RETRY_WAIT_ENV, 5.0)
     for number in range(1, tries + 1):
-        status, transient = _try_step(step, ctx, number, tries, process_ends)
+        status, transient = _try_step(name, function, ctx, number, tries, process_ends)
         if transient is None:
             return status
-        log.warning("step %s: %s; a transient failure: try %d of %d in %.0f s", step.name, transient, number + 1,
+        log.warning("step %s: %s; a transient failure: try %d of %d in %.0f s", name, transient, number + 1,
                     tries, pause)
         try:
             with stop_signals_raise():
                 time.sleep(pause)
         except StepTerminated as stop:
-            _say(f"rlkeep: {step.name} {stop} while waiting to try again; nothing partial kept: rerun the same "
-                 "command to resume", step.name)
+            _say(f"rlkeep: {name} {stop} while waiting to try again; nothing partial kept: rerun the same "
+                 "command to resume", name)
             return 128 + stop.signum
         pause *= 3
     raise AssertionError("unreachable: the last try returns its status")
 
 
-def _try_step(step: Step, ctx: StepContext, number: int, tries: int,
+def _try_step(name: str, function: StepFunction, ctx: StepContext, number: int, tries: int,
               process_ends: bool) -> tuple[int, TransientError | None]:
     """One try: (exit status, None), or (1, the error) for a transient failure that may be tried again."""
-    target = f"{step.name} ({step.function})"
+    target = f"{name} ({function.__module__}:{function.__name__})"
     started = time.monotonic()
     log.info("step %s for job %s%s", target, ctx.job, f" (try {number} of {tries})" if number > 1 else "")
     try:
         with stop_signals_raise():
-            function = step.load()  # inside: a Ctrl-C while a heavy module imports is a stop, not a traceback
             function(ctx)
             if process_ends:
                 for signum in TERMINATING_SIGNALS:
@@ -192,21 +194,21 @@ def _try_step(step: Step, ctx: StepContext, number: int, tries: int,
         if isinstance(error, TransientError):
             if number < tries:
                 return 1, error
-            _say(f"rlkeep: {error} (a transient failure, {tries} tries; rerun later)", step.name)
+            _say(f"rlkeep: {error} (a transient failure, {tries} tries; rerun later)", name)
             return 1, None
-        _say(f"rlkeep: {error}", step.name)  # permanent: no retry can change it
+        _say(f"rlkeep: {error}", name)  # permanent: no retry can change it
         return 1, None
     except OSError as error:
         if not is_no_space(error):
             raise
         _remove_outputs(ctx)
         log.error("step %s failed after %.1fs: out of disk space", target, time.monotonic() - started)
-        _say(f"rlkeep: {target}: {no_space_message(error, ctx.job_dir)}", step.name)
+        _say(f"rlkeep: {target}: {no_space_message(error, ctx.job_dir)}", name)
         return 1, None
     except StepTerminated as stop:
         _remove_outputs(ctx)
         log.error("step %s %s after %.1fs; temporary files removed", target, stop, time.monotonic() - started)
-        _say(f"rlkeep: {target} {stop}; nothing partial kept: rerun the same command to resume", step.name)
+        _say(f"rlkeep: {target} {stop}; nothing partial kept: rerun the same command to resume", name)
         return 128 + stop.signum, None
     log.info("step %s done in %.1fs", target, time.monotonic() - started)
     return 0, None
@@ -233,28 +235,47 @@ def context_from_snakemake(smk: Any) -> StepContext:
     )
 
 
-def run_from_snakemake(smk: Any) -> None:
-    """Entry point of scripts/run_step.py: run the function of the rule's row in rlkeep.pipeline's
-    table, log to the rule's log file, exit with the step's status."""
-    log_path = Path(smk.log[0])
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    stream = open(log_path, "a", buffering=1, encoding="utf-8", errors="replace")
-    sys.stdout = sys.stderr = stream
-    configure_logging(stream)
-    try:
-        with stop_signals_raise():
-            step = step_for_rule(smk.rule)
-            ctx = context_from_snakemake(smk)
-    except RlkeepError as error:
-        print(f"rlkeep: {error}", file=stream, flush=True)
-        sys.exit(1)
-    except StepTerminated as stop:
-        print(f"rlkeep: step {smk.rule} {stop} before it began; nothing was done: rerun the same command",
-              file=stream, flush=True)
-        sys.exit(128 + stop.signum)
-    status = run_step(step, ctx, process_ends=True)
-    _close_log(stream, step.name, status)
-    sys.exit(status)
+class RuleProcess:
+    """The process Snakemake starts for one job of a rule, as its adapter (scripts/steps/<rule>.py)
+    drives it: the log opens at once, the adapter imports its step function `with
+    process.importing()`, then `process.run(function)` runs it and exits with the step's status."""
+
+    def __init__(self, smk: Any) -> None:
+        self.smk = smk
+        log_path = Path(smk.log[0])
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.stream = open(log_path, "a", buffering=1, encoding="utf-8", errors="replace")
+        sys.stdout = sys.stderr = self.stream
+        configure_logging(self.stream)
+
+    @contextmanager
+    def importing(self) -> Iterator[None]:
+        """Around the adapter's import of its function: a module may take seconds to import (torch for
+        an export), and a stop signal meanwhile ends the step as a stop (its line in the log, status
+        128 + n), never a traceback."""
+        try:
+            with stop_signals_raise():
+                yield
+        except StepTerminated as stop:
+            self._exit(f"rlkeep: step {self.smk.rule} {stop} before it began; nothing was done: rerun the same "
+                       "command", 128 + stop.signum)
+
+    def run(self, function: StepFunction) -> NoReturn:
+        try:
+            with stop_signals_raise():
+                ctx = context_from_snakemake(self.smk)
+        except RlkeepError as error:
+            self._exit(f"rlkeep: {error}", 1)
+        except StepTerminated as stop:
+            self._exit(f"rlkeep: step {self.smk.rule} {stop} before it began; nothing was done: rerun the same "
+                       "command", 128 + stop.signum)
+        status = run_step(self.smk.rule, function, ctx, process_ends=True)
+        _close_log(self.stream, self.smk.rule, status)
+        sys.exit(status)
+
+    def _exit(self, message: str, status: int) -> NoReturn:
+        print(message, file=self.stream, flush=True)
+        sys.exit(status)
 
 
 def _close_log(stream: TextIO, step: str, status: int) -> None:
@@ -268,31 +289,6 @@ def _close_log(stream: TextIO, step: str, status: int) -> None:
         if status == 0:
             print(f"rlkeep: step {step} done; its log could not take its last lines (no space left on its disk)",
                   file=sys.stderr, flush=True)
-
-
-def cli_main(argv: list[str]) -> int:
-    """`rlkeep step RULE --job J`: run one step by hand, outside Snakemake."""
-    parser = argparse.ArgumentParser(prog="rlkeep step")
-    parser.add_argument("target", help="the rule's name (rlkeep.pipeline), or rlkeep.<module>:<function>")
-    parser.add_argument("--job", required=True)
-    parser.add_argument("--records", default="records")
-    parser.add_argument("--input", action="append", default=[], metavar="NAME=PATH")
-    parser.add_argument("--output", action="append", default=[], metavar="NAME=PATH")
-    args = parser.parse_args(argv)
-
-    def pairs(items: list[str]) -> dict[str, Path]:
-        return {name: Path(path) for name, _, path in (item.partition("=") for item in items)}
-
-    configure_logging()
-    step = step_for_target(args.target)
-    ctx = StepContext(
-        job=args.job,
-        record=load_record(record_path(args.records, args.job)),
-        data_root=Path.cwd(),
-        inputs=pairs(args.input),
-        outputs=pairs(args.output),
-    )
-    return run_step(step, ctx)
 
 
 def sentinel(status: str, **evidence: Any) -> dict[str, Any]:

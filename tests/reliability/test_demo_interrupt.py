@@ -220,15 +220,19 @@ def test_ctrl_c_at_five_points_then_the_printed_command_ends_like_an_uninterrupt
 
 
 STEP_IMPORTING_SLOWLY = """
-import sys, time
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 sys.path.insert(0, sys.argv[1])
-from rlkeep import steps
-from rlkeep.pipeline import Step
+from rlkeep.steps import RuleProcess
 
-step = Step("sync_logs", "slow_module:step", frozenset({"rl"}), 1000, 15)
-ctx = steps.StepContext(job="j", record=None, data_root=Path(sys.argv[1]), inputs={}, outputs={})
-sys.exit(steps.run_step(step, ctx))
+# what a rule's adapter (scripts/steps/<rule>.py) does, with the job Snakemake would give it
+process = RuleProcess(SimpleNamespace(rule="sync_logs", log=[sys.argv[1] + "/sync_logs.log"]))
+sys.__stdout__.write("OPENED\\n")
+sys.__stdout__.flush()
+with process.importing():
+    import slow_module
+process.run(slow_module.step)
 """
 
 
@@ -236,18 +240,20 @@ def test_ctrl_c_while_a_step_imports_its_module_is_a_stop_not_a_traceback(tmp_pa
     """A step's module may take seconds to import (torch for an export); Ctrl-C then must end the step
     as it ends a working one: its message, status 130, no traceback in the log Snakemake shows."""
     (tmp_path / "slow_module.py").write_text(
-        "import time\nprint('IMPORTING', flush=True)\ntime.sleep(60)\ndef step(ctx):\n    pass\n")
+        "import sys, time\nsys.__stdout__.write('IMPORTING\\n')\nsys.__stdout__.flush()\ntime.sleep(60)\n"
+        "def step(ctx):\n    pass\n")
     child = subprocess.Popen([sys.executable, "-c", STEP_IMPORTING_SLOWLY, str(tmp_path)], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, preexec_fn=default_signal_actions)
     try:
+        assert child.stdout.readline().strip() == "OPENED"
         assert child.stdout.readline().strip() == "IMPORTING"
         child.send_signal(signal.SIGINT)
         assert child.wait(timeout=30) == 128 + signal.SIGINT
     finally:
         if child.poll() is None:
             child.kill()
-    stderr = child.stderr.read()
-    assert "stopped by SIGINT" in stderr and "rerun the same command" in stderr and "Traceback" not in stderr, stderr
+    said = (tmp_path / "sync_logs.log").read_text() + child.stderr.read()
+    assert "stopped by SIGINT" in said and "rerun the same command" in said and "Traceback" not in said, said
 
 
 CHILD_CLEANING_UP = """
@@ -323,15 +329,13 @@ STEP_THEN_SLOW_EXIT = """
 import sys, time
 from pathlib import Path
 from rlkeep import steps
-from rlkeep.pipeline import Step
 
 target = Path(sys.argv[1])
 def write(ctx):
     target.write_text("whole")
 
-step = Step("sync_logs", "__main__:write", frozenset({"rl"}), 1000, 15)
 ctx = steps.StepContext(job="j", record=None, data_root=target.parent, inputs={}, outputs={"out": target})
-status = steps.run_step(step, ctx, process_ends=True)
+status = steps.run_step("sync_logs", write, ctx, process_ends=True)
 print("RETURNED", status, flush=True)
 time.sleep(3)  # the interpreter's own teardown, which can take this long on a loaded machine
 sys.exit(status)

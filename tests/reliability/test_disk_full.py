@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 
 from rlkeep.diskspace import free_bytes
-from rlkeep.pipeline import Step
 from rlkeep.steps import StepContext, _close_log, run_step
 from rlkeep.storage import open_store
 from tests.reliability import figures_log
@@ -171,10 +170,9 @@ def test_a_step_that_fills_the_disk_frees_its_directory_output_and_still_says_wh
     export = tmp_path / "job" / "export.json"
 
     monkeypatch.setattr(sys, "stderr", _LogOnAFullDisk())
-    step = Step("export_model", f"{__name__}:fills_the_disk", frozenset({"rl"}), 1000, 15)
     ctx = StepContext(job="job", record=None, data_root=tmp_path, inputs={},
                       outputs={"model": model, "export": export})
-    assert run_step(step, ctx) == 1
+    assert run_step("export_model", fills_the_disk, ctx) == 1
     assert not model.exists() and not export.exists()
     said = capfd.readouterr().err
     assert said.startswith("rlkeep: export_model") and f"no space left on the filesystem of {export}" in said, said

@@ -32,7 +32,6 @@ STEP_WRITING_A_TAR = """
 import sys, time
 from pathlib import Path
 from rlkeep import steps
-from rlkeep.pipeline import Step
 from rlkeep.sync import TarOutput
 
 target = Path(sys.argv[1])
@@ -45,9 +44,8 @@ def slow_sync(ctx):
         print("WRITING", flush=True)
         time.sleep(120)
 
-step = Step("sync_logs", "__main__:slow_sync", frozenset({"rl"}), 1000, 15)
 ctx = steps.StepContext(job="j", record=None, data_root=target.parent, inputs={}, outputs={"tar": target})
-sys.exit(steps.run_step(step, ctx))
+sys.exit(steps.run_step("sync_logs", slow_sync, ctx))
 """
 
 
