@@ -11,7 +11,7 @@ from snakemake.utils import validate
 from rlkeep.chain_recapture import captured_for, recapture_settings
 from rlkeep.errors import RecordError
 from rlkeep.jsonio import key_sorted
-from rlkeep.pipeline import evidence_of
+from rlkeep.pipeline import evidence_of, kind_has, verify_sentinels
 from rlkeep.records import load_record, record_path
 from rlkeep.settled import (
     admitted_jobs,
@@ -380,9 +380,9 @@ def get_rehearse_restore_inputs(wildcards):
     job = wildcards.job
     kind = get_kind(job)
     compared = dict(get_archive_inputs(wildcards))
-    if kind.applies("metric_surface"):
+    if kind_has(kind.name, "metric_surface"):
         compared["metrics"] = f"{job}/metrics/metrics.csv"
-    if kind.applies("trial_table"):
+    if kind_has(kind.name, "trial_table"):
         compared["trials"] = f"{job}/metrics/trials.csv"
     # What the restored tree is compared with is ancient: its time says nothing (a sync tarball over
     # Snakemake's 1 MB checksum limit, dated ahead by a skewed clock, would redo a finished rehearsal);
@@ -398,7 +398,7 @@ def get_reclaim_inputs(wildcards):
     """Every verify sentinel of the kind (reclamation waits for all of them) and the sync manifests."""
     job = wildcards.job
     kind = get_kind(job)
-    inputs = {name: f"{job}/verify/{name}.json" for name in kind.verify_sentinels}
+    inputs = {name: f"{job}/verify/{name}.json" for name in verify_sentinels(kind.name)}
     inputs["logs_manifest"] = f"{job}/sync/logs.manifest.json"
     inputs["archive_manifest"] = (
         f"{job}/archive/MANIFEST"  # reclaim.json says where each deleted object is kept

@@ -21,7 +21,7 @@ from rlkeep.errors import RecordError
 from rlkeep_dev.example.kinds import write_datagen_run, write_eval_run, write_sft_run
 from rlkeep.kinds import KINDS, spec_for
 from rlkeep.records import load_record
-from rlkeep.pipeline import STEPS
+from rlkeep.pipeline import STEPS, kind_has, steps_for_kind, verify_sentinels
 from rlkeep.scheduler import (SlurmCli, entry_from_sacct, entry_from_scontrol, parse_scontrol_line,
                               stop_pending_slurm)
 from rlkeep.storage import open_store, upload_tree
@@ -36,17 +36,18 @@ SLURM_DATA = Path(__file__).parent / "data" / "slurm"
 
 def test_every_kind_names_real_steps_and_rl_runs_them_all() -> None:
     names = [step.name for step in STEPS]
-    for spec in KINDS.values():
-        assert set(spec.steps) <= set(names), spec.name
-        assert {"capture_chain", "sync_logs", "archive", "verify_archive", "reclaim"} <= set(spec.steps)
-    assert list(spec_for("rl").steps) == names
+    for kind in KINDS:
+        assert set(steps_for_kind(kind)) <= set(names), kind
+        assert {"capture_chain", "sync_logs", "archive", "verify_archive", "reclaim"} <= set(steps_for_kind(kind))
+    assert list(steps_for_kind("rl")) == names
     assert not {"sync_traces", "metric_surface", "trial_table", "export_model", "publish_model",
-                "publish_traces"} & set(spec_for("sft").steps)
+                "publish_traces"} & set(steps_for_kind("sft"))
+    assert kind_has("rl", "export_model") and not kind_has("sft", "export_model")
     assert spec_for("eval").trace_tree == "eval_jobs" and spec_for("eval").trial_depth == 2
     assert spec_for("sft").expected_archive_trees == ("logs/",)
-    assert spec_for("datagen").verify_sentinels == ("traces", "archive", "restore")
+    assert verify_sentinels("datagen") == ("traces", "archive", "restore")
     # rl: the uploaded model, the traces, the card that links them (after both), the archive
-    assert spec_for("rl").verify_sentinels == ("model_upload", "traces", "model", "archive", "restore")
+    assert verify_sentinels("rl") == ("model_upload", "traces", "model", "archive", "restore")
     assert names.index("link_model_card") > max(names.index("publish_model"), names.index("publish_traces"))
     assert spec_for("eval").trial_of("tb/trial__abc/agent/trajectory.json") == ("tb/trial__abc", "agent/trajectory.json")
     assert spec_for("eval").trial_of("tb/result.json") is None

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -159,18 +160,23 @@ def test_a_chain_id_of_the_wrong_shape_names_the_file_the_field_and_the_schedule
     assert expected_text in message
 
 
-def test_each_scheduler_judges_its_own_job_ids() -> None:
-    """The record asks the scheduler (Scheduler.expected_job_id), never compares its name."""
+def test_each_scheduler_has_its_job_id_shape_and_the_record_reads_it_without_a_scheduler() -> None:
+    """rlkeep.job_ids holds one check per scheduler a record may name (the schema's enum, SCHEDULERS),
+    and never compares a scheduler's name inside a check."""
+    from rlkeep.job_ids import CHAIN_ID_CHECKS, CLUSTER_REQUIRED
     from rlkeep.scheduler import SCHEDULERS
 
+    enum = json.loads((Path(__file__).resolve().parents[1] / "scripts" / "rlkeep" / "schemas" / "record.schema.json").read_text())["properties"][
+        "scheduler"]["enum"]
     own = {"iris": "/demo/rl-r1", "none": "/demo/rl-r1", "slurm": "4815170_3"}
     foreign = {"iris": "4815170_3", "none": "rl-r1", "slurm": "/demo/rl-r1"}
-    assert set(SCHEDULERS) == set(own)
-    for name, scheduler in SCHEDULERS.items():
-        assert scheduler.expected_job_id(own[name], "demo") is None, name
-        expected = scheduler.expected_job_id(foreign[name], "demo")
+    assert set(SCHEDULERS) == set(own) == set(CHAIN_ID_CHECKS) == set(enum)
+    assert CLUSTER_REQUIRED <= set(CHAIN_ID_CHECKS)
+    for name, expected_id in CHAIN_ID_CHECKS.items():
+        assert expected_id(own[name], "demo") is None, name
+        expected = expected_id(foreign[name], "demo")
         assert expected is not None and expected.startswith("expected ") and f"scheduler is {name}" in expected
-    assert SCHEDULERS["iris"].expected_job_id("/other/rl", "demo") == (
+    assert CHAIN_ID_CHECKS["iris"]("/other/rl", "demo") == (
         "expected an Iris job id in the user's namespace, starting with /demo/")
 
 

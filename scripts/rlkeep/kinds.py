@@ -2,18 +2,17 @@
 
 A record's `kind` (rl | sft | datagen | eval; default rl) selects one KindSpec from KINDS. The
 rules read it through the `get_*` helpers in rules/common.smk, the steps through `spec_for`:
-which steps apply (the `kinds` column of rlkeep.pipeline's table; the others are `not_applicable`
-in DONE), where the
-trace tree sits under the store and how deep its trials are, which archive tree it becomes,
-which record sections make sense, and what the archive keeps and skips (documentation for
-people; the skip rule itself is rlkeep.archive.archive_rule, the same for every kind).
+where the trace tree sits under the store and how deep its trials are, which archive tree it
+becomes, which record sections make sense, and what the archive keeps and skips (documentation
+for people; the skip rule itself is rlkeep.archive.archive_rule, the same for every kind). Which
+steps a kind has is the step table's `kinds` column (rlkeep.pipeline.steps_for_kind): this module
+is data the records read, and imports no step table.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from rlkeep.errors import RecordError
-from rlkeep.pipeline import STEP_BY_NAME, steps_for_kind
 
 # Record sections that only some kinds have: a record of another kind that names one is refused
 # (an SFT record with checkpoint.rule would otherwise look as if rlkeep selected something).
@@ -40,20 +39,6 @@ class KindSpec:
     @property
     def expected_archive_trees(self) -> tuple[str, ...]:
         return ("logs/",) + ((f"{self.trace_tree}/",) if self.trace_tree else ())
-
-    @property
-    def steps(self) -> tuple[str, ...]:
-        """The steps of rlkeep.pipeline's table that apply to this kind, in table order."""
-        return steps_for_kind(self.name)
-
-    @property
-    def verify_sentinels(self) -> tuple[str, ...]:
-        """The verify/<name>.json files that must exist before reclamation (archive always): rl's
-        model_upload (the model on the Hub, its trace link pending) and model (the complete card)."""
-        return tuple(STEP_BY_NAME[step].verify for step in self.steps if STEP_BY_NAME[step].verify)
-
-    def applies(self, step: str) -> bool:
-        return step in self.steps
 
     def trial_of(self, key: str) -> tuple[str, str] | None:
         """(trial, path inside it) for a key relative to the trace tree, or None above trial depth."""

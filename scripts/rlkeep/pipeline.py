@@ -6,9 +6,9 @@ rlkeep.step_cli); tests/test_pipeline_table.py checks that every row has its rul
 Everything else reads this table rather than restating it:
 - STEPS (the rows with `evidence`): the steps DONE, STATUS.json, REPORT.md and the campaign page
   report on, in this order (rlkeep.report);
-- `kinds`: which steps apply to each run kind (rlkeep.kinds.KindSpec.steps), so a kind's DONE
+- `kinds`: which steps apply to each run kind (steps_for_kind, kind_has), so a kind's DONE
   inputs and reclamation inputs follow (rules/common.smk);
-- `verify`: the verify/<name>.json sentinels reclamation waits on (KindSpec.verify_sentinels);
+- `verify`: the verify/<name>.json sentinels reclamation waits on (verify_sentinels);
 - `after`: the step graph (which rules' outputs each rule takes), from which STATUS.json names the
   failed ancestor holding back a step that has not run (rlkeep.stepstate); the rules' inputs are the
   graph Snakemake runs, and tests/test_step_graph.py keeps the two equal;
@@ -179,6 +179,17 @@ def step_for_rule(rule: str) -> Step:
 def steps_for_kind(kind: str) -> tuple[str, ...]:
     """The names of STEPS that apply to a run kind, in table order."""
     return tuple(step.name for step in STEPS if kind in step.kinds)
+
+
+def kind_has(kind: str, step: str) -> bool:
+    """Whether a run of this kind has the step (the others are `not_applicable` in DONE)."""
+    return kind in step_for_rule(step).kinds
+
+
+def verify_sentinels(kind: str) -> tuple[str, ...]:
+    """The verify/<name>.json files that must exist before reclamation (archive always): rl's
+    model_upload (the model on the Hub, its trace link pending) and model (the complete card)."""
+    return tuple(step.verify for step in STEPS if kind in step.kinds and step.verify)
 
 
 def evidence_of(job: str, kind: str) -> dict[str, str]:

@@ -20,6 +20,7 @@ from typing import Any
 from rlkeep.archive import iter_manifest_entries
 from rlkeep.errors import RlkeepError, StoreError
 from rlkeep.jsonio import read_json, write_json
+from rlkeep.pipeline import verify_sentinels
 from rlkeep.steps import StepContext
 from rlkeep.storage import FileStore, S3Store, Store, check_key, open_store, s3_client
 from rlkeep.sync import is_weight_or_dump
@@ -37,7 +38,7 @@ def reclaim_decision(*, authorized: bool, verify_sentinels: dict[str, dict[str, 
                      required: tuple[str, ...] = REQUIRED_SENTINELS) -> tuple[bool, str]:
     """(act?, why): act only with authority AND every required verify sentinel present.
 
-    required: the run kind's verify sentinels (rlkeep.kinds.KindSpec.verify_sentinels); rl's are
+    required: the run kind's verify sentinels (rlkeep.pipeline.verify_sentinels); rl's are
     model, traces, archive and restore (the restore rehearsal), every kind has archive and restore.
     """
     problems: list[str] = []
@@ -416,7 +417,7 @@ def reclaim_step(ctx: StepContext) -> None:
     the sync skipped as weights. Reclaiming them would lose the run's only copy.
     """
 
-    required = ctx.record.spec.verify_sentinels
+    required = verify_sentinels(ctx.record.kind)
     sentinels = {name: read_json(ctx.inputs[name]) for name in required if name in ctx.inputs}
     journal_path = ctx.work_dir("reclaim") / "journal.json"
     act, reason = reclaim_decision(authorized=bool(ctx.settings.get("authorized")), verify_sentinels=sentinels,

@@ -9,20 +9,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jsonschema
 import yaml
 
 from rlkeep.errors import RecordError
+from rlkeep.job_ids import CHAIN_ID_CHECKS, CLUSTER_REQUIRED
 from rlkeep.kinds import DEFAULT_KIND, KIND_SECTIONS, KINDS, KindSpec, spec_for
-
-if TYPE_CHECKING:
-    from rlkeep.scheduler import Scheduler
 
 DEFAULT_LAYOUT = {"logs": "logs", "traces": "trace_jobs", "ckpts": "ckpts", "exports": "exports"}
 
@@ -175,12 +174,12 @@ def validate_record_data(data: Any, path: Path) -> JobRecord:
             f"{path}: field 'job' is {data['job']!r} but the file is named {path.name}; "
             f"expected job: {expected_stem}"
         )
-    scheduler = _scheduler_class(data["scheduler"])
-    if scheduler.requires_cluster and not data.get("cluster"):
+    if data["scheduler"] in CLUSTER_REQUIRED and not data.get("cluster"):
         raise RecordError(f"{path}: field 'cluster' is missing; expected an Iris cluster name when scheduler is "
-                          f"{scheduler.name}")
-    _check_chain(data, scheduler, path)
-    _check_chain_excludes(data, scheduler, path)
+                          f"{data['scheduler']}")
+    expected_id = CHAIN_ID_CHECKS[data["scheduler"]]
+    _check_chain(data, expected_id, path)
+    _check_chain_excludes(data, expected_id, path)
     spec = spec_for(data.get("kind"))
     _check_kind_sections(data, spec, path)
 
@@ -231,19 +230,13 @@ def validate_record_data(data: Any, path: Path) -> JobRecord:
     )
 
 
-def _scheduler_class(name: str) -> type[Scheduler]:
-    """The Scheduler class a record names (the schema allowed the name)."""
-    # rlkeep.scheduler imports this module (JobRecord, load_record); importing it on first use
-    # instead of at the top breaks that cycle
-    from rlkeep.scheduler.named import SCHEDULERS
-
-    return SCHEDULERS[name]
+IdCheck = Callable[[str, str], str | None]  # rlkeep.job_ids.CHAIN_ID_CHECKS
 
 
-def _check_chain(data: dict[str, Any], scheduler: type[Scheduler], path: Path) -> None:
-    """Job ids in the shape the record's scheduler expects (Scheduler.expected_job_id); no repeats."""
+def _check_chain(data: dict[str, Any], expected_id: IdCheck, path: Path) -> None:
+    """Job ids in the shape the record's scheduler expects (rlkeep.job_ids); no repeats."""
     for index, job_id in enumerate(data["chain"]):
-        expected = scheduler.expected_job_id(job_id, data["user"])
+        expected = expected_id(job_id, data["user"])
         if expected is not None:
             raise RecordError(f"{path}: field 'chain[{index}]' is {job_id!r}; {expected}")
     slugs = [attempt_slug(job_id) for job_id in data["chain"]]
@@ -253,14 +246,14 @@ def _check_chain(data: dict[str, Any], scheduler: type[Scheduler], path: Path) -
         raise RecordError(f"{path}: field 'chain' lists a job id twice; expected each attempt once")
 
 
-def _check_chain_excludes(data: dict[str, Any], scheduler: type[Scheduler], path: Path) -> None:
+def _check_chain_excludes(data: dict[str, Any], expected_id: IdCheck, path: Path) -> None:
     """Declared non-attempts: shaped like the chain's ids, and never one the chain names (both at once
     would leave rlkeep to guess which the operator meant)."""
     for index, job_id in enumerate(data.get("chain_excludes") or ()):
         if job_id in data["chain"]:
             raise RecordError(f"{path}: field 'chain_excludes[{index}]' is {job_id!r}, which 'chain' also names; "
                               "expected a job that is not an attempt of this run: remove it from one of the two")
-        expected = scheduler.expected_job_id(job_id, data["user"])
+        expected = expected_id(job_id, data["user"])
         if expected is not None:
             raise RecordError(f"{path}: field 'chain_excludes[{index}]' is {job_id!r}; {expected}")
 

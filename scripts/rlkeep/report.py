@@ -17,7 +17,7 @@ from rlkeep.folderstate import code_digest, job_fingerprint, refresh_lock
 from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
 from rlkeep.logfacts import remembered
 from rlkeep.metrics import skipped_lines_markdown, without_metrics_markdown
-from rlkeep.pipeline import STEP_BY_NAME, STEPS, Step
+from rlkeep.pipeline import STEP_BY_NAME, STEPS, Step, kind_has, verify_sentinels
 from rlkeep.records import JobRecord, load_record
 from rlkeep.stepstate import collect_steps
 from rlkeep.tracker import tracker_of
@@ -117,7 +117,7 @@ def artifact_table(job_dir: Path, record: JobRecord, steps: dict[str, dict[str, 
     verify/model_upload.json: a fresh download of the model passed every check but the card's
     trace link; verify/model.json: the card links the verified trace dataset and every check
     passed again. Both are checks of the Hub copy, so they outrank the local folders."""
-    if not record.spec.applies("export_model"):  # sft, datagen, eval: rlkeep makes no model
+    if not kind_has(record.kind, "export_model"):  # sft, datagen, eval: rlkeep makes no model
         return {"artifacts": {key: "not_applicable" for key in ARTIFACTS}, "reasons": {},
                 "scope": f"a {record.spec.name} run has no model"}
     if record.publish is not None and _completed(job_dir / "verify" / "model_upload.json"):
@@ -238,7 +238,7 @@ def build_completion_record(job_dir: Path, record: JobRecord,
         "metrics": sorted(f"metrics/{p.name}" for p in (job_dir / "metrics").glob("*") if p.is_file()),
         "verification": {name: ((_optional_json(job_dir / "verify" / f"{name}.json") or {}).get("status")
                                 or steps.get(verify_steps[name], {}).get("status"))
-                         if name in record.spec.verify_sentinels else "not_applicable"
+                         if name in verify_sentinels(record.kind) else "not_applicable"
                          for name in ("model_upload", "model", "traces", "archive", "restore")},
         "reclaimed": {"bytes": reclaim.get("deleted_bytes", 0), "keys": reclaim.get("deleted_keys", 0),
                       "status": reclaim.get("status"), "reason": reclaim.get("reason")},

@@ -17,7 +17,7 @@ from typing import Any
 
 from rlkeep.jsonio import read_json
 from rlkeep.kinds import spec_for
-from rlkeep.pipeline import EVERY_DESTINATION, PIPELINE, STEP_BY_NAME, STEPS, parents
+from rlkeep.pipeline import EVERY_DESTINATION, PIPELINE, STEP_BY_NAME, STEPS, kind_has, parents
 
 TABLE_ORDER = {step.name: index for index, step in enumerate(PIPELINE)}
 # A helper rule (staging: no evidence of its own) is part of the first step that takes it: its
@@ -63,7 +63,7 @@ def collect_steps(job_dir: Path, kind: str | None = None,
             known[rule] = _state_of(job_dir, rule, parent_states, state)
         return known[rule]
 
-    return {step.name: state(step.name) if spec.applies(step.name) else
+    return {step.name: state(step.name) if kind_has(spec.name, step.name) else
             {"status": "not_applicable", "reason": f"does not apply to a {spec.name} run"} for step in STEPS}
 
 

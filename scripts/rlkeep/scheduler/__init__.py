@@ -3,14 +3,13 @@
 The pipeline sees one interface, `scheduler_for(record)` -> Scheduler (IrisScheduler,
 SlurmScheduler, NoScheduler): `capture` (chain.json's attempts), `stop_retries` (retries.json,
 through the one exact-stop loop `stop_each`), where an attempt's trainer log is read
-(`log_cli`, `stdout_paths`; rlkeep.sync), and what the chain's job ids look like
-(`expected_job_id`; rlkeep.records). A new scheduler is one more subclass in SCHEDULERS.
+(`log_cli`, `stdout_paths`; rlkeep.sync). A new scheduler is one more subclass in SCHEDULERS and
+one more entry of rlkeep.job_ids (its chain's job-id shape, read by rlkeep.records).
 Commands are argument lists run without a shell: record values never meet a shell parser.
 
 The modules, one job each:
 - interface: the Scheduler interface and what every scheduler shares (stop_each);
 - named: SCHEDULERS by record name, and scheduler_for;
-- job_ids: the job-id shapes of Iris and SLURM chains;
 - iris_output, iris_forms, iris_cli: what the iris CLI prints, which calls the installed
   version offers (read from its --help), and the CLI itself;
 - iris: Iris chain capture, unrecorded attempts and the exact stop of pending retries;

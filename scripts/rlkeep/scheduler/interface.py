@@ -2,10 +2,9 @@
 scheduler shares: the exact-stop loop `stop_each`, the refusal while an attempt still runs,
 the command timeout and numbers read from the environment.
 
-A scheduler says what its chain's job ids look like (`expected_job_id`, used by rlkeep.records
-when a record is loaded) and whether a record must name its cluster; it captures chain.json's
-attempts, stops pending retries for retries.json, and says where an attempt's trainer log can be
-read (rlkeep.sync).
+A scheduler captures chain.json's attempts, stops pending retries for retries.json, and says where
+an attempt's trainer log can be read (rlkeep.sync). What its record must look like (the chain's
+job-id shape, a `cluster:`) is data in rlkeep.job_ids, which rlkeep.records reads.
 """
 from __future__ import annotations
 
@@ -37,16 +36,9 @@ class Scheduler(ABC):
     running_states: ClassVar[frozenset[str]] = frozenset()
     # states of a job that has not ended (pending or running): a look-alike in one holds checkpoint reads
     unfinished_states: ClassVar[frozenset[str]] = frozenset()
-    requires_cluster: ClassVar[bool] = False  # a record naming this scheduler must name its `cluster:`
 
     def __init__(self, record: JobRecord) -> None:
         self.record = record
-
-    @classmethod
-    @abstractmethod
-    def expected_job_id(cls, job_id: str, user: str) -> str | None:
-        """None when job_id has the shape of this scheduler's job ids (for the record's user);
-        else what was expected, in the words of a record error (`expected ...`)."""
 
     @abstractmethod
     def capture(self, ctx: StepContext) -> tuple[list[dict[str, Any]], dict[str, Any]]:

@@ -18,7 +18,6 @@ from rlkeep.scheduler.interface import (Scheduler, StopJournal, asked_again, che
                                        states_asked_again, stop_each, stopped_earlier)
 from rlkeep.scheduler.iris_cli import IrisCli
 from rlkeep.scheduler.iris_output import GONE, PENDING_STATES, TERMINAL_STATES, UNFINISHED_STATES
-from rlkeep.scheduler.job_ids import expected_iris_job_id
 from rlkeep.steps import StepContext, sentinel
 from rlkeep.storage import open_store
 
@@ -170,11 +169,7 @@ class IrisScheduler(Scheduler):
     terminal_states = frozenset(TERMINAL_STATES | {GONE})
     running_states = frozenset(UNFINISHED_STATES - PENDING_STATES)
     unfinished_states = frozenset(UNFINISHED_STATES)
-    requires_cluster = True
 
-    @classmethod
-    def expected_job_id(cls, job_id: str, user: str) -> str | None:
-        return expected_iris_job_id(job_id, user, cls.name)
 
     def __init__(self, record: JobRecord) -> None:
         super().__init__(record)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from rlkeep.scheduler.interface import Scheduler, StopJournal
-from rlkeep.scheduler.job_ids import expected_iris_job_id
 from rlkeep.steps import StepContext, not_applicable
 
 
@@ -14,9 +13,6 @@ class NoScheduler(Scheduler):
 
     name = "none"
 
-    @classmethod
-    def expected_job_id(cls, job_id: str, user: str) -> str | None:
-        return expected_iris_job_id(job_id, user, cls.name)  # the chain keeps Iris-shaped ids
 
     def capture(self, ctx: StepContext) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         return [{"slug": job_id.rsplit("/", 1)[-1], "id": job_id, "state": "unknown", "summary_format": "none"}

@@ -22,7 +22,6 @@ from rlkeep.errors import SchedulerError
 from rlkeep.records import JobRecord
 from rlkeep.scheduler.interface import (COMMAND_TIMEOUT_S, Scheduler, StopJournal, asked_again, checked_states,
                                         refuse_running, states_asked_again, stop_each, stopped_earlier)
-from rlkeep.scheduler.job_ids import expected_slurm_job_id
 from rlkeep.steps import StepContext, sentinel
 
 SLURM_PENDING_STATES = {"pending", "requeued", "requeue_hold", "requeue_fed", "resv_del_hold", "special_exit"}
@@ -202,9 +201,6 @@ class SlurmScheduler(Scheduler):
     running_states = frozenset(SLURM_RUNNING_STATES)
     unfinished_states = frozenset(SLURM_RUNNING_STATES | SLURM_PENDING_STATES)
 
-    @classmethod
-    def expected_job_id(cls, job_id: str, user: str) -> str | None:
-        return expected_slurm_job_id(job_id)
 
     def __init__(self, record: JobRecord) -> None:
         super().__init__(record)
