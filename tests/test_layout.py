@@ -68,3 +68,16 @@ def test_the_machine_path_pattern_finds_what_it_is_for() -> None:
     assert MACHINE_PATH.search('"harbor_python": "/work/bench-env/harbor312/bin/python"')
     assert MACHINE_PATH.search("see /root/.cache/x") and MACHINE_PATH.search("/home/alice/runs")
     assert not MACHINE_PATH.search('File "/app/.venv/lib/python3.11/site-packages/torch/x.py"')
+
+
+# A URL joined by hand with a store root or an archive base (one place joins them: rlkeep.urls.join_url,
+# through JobRecord.url_of and Store.url_of).
+HAND_JOINED_URL = re.compile(r"\{(?:record\.store|store\.url|self\.url|self\.base|location\.base|base)\}/")
+
+
+def test_store_and_archive_urls_are_joined_in_one_place() -> None:
+    found = [f"{path.relative_to(REPO)}:{number}" for path in sorted((SCRIPTS / "rlkeep").rglob("*.py"))
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if HAND_JOINED_URL.search(line)]
+    assert found == []
+    assert HAND_JOINED_URL.search('f"{record.store}/{key}"') and not HAND_JOINED_URL.search('record.url_of(key)')

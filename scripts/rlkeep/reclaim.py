@@ -69,11 +69,11 @@ def reclaim_decision(*, authorized: bool, verify_sentinels: dict[str, dict[str, 
 
 def _manifest_sources(record: Any) -> dict[str, tuple[str, str]]:
     """Manifest name -> (expected `source` URL, key prefix under record.store)."""
-    sources = {"logs": (record.store.rstrip("/"), "")}
+    sources = {"logs": (record.store, "")}
     traces = record.layout.get("traces")  # absent for a kind without a trace tree (sft)
     if traces:
         traces = traces.strip("/")
-        sources["traces"] = (f"{record.store.rstrip('/')}/{traces}", f"{traces}/")
+        sources["traces"] = (record.url_of(traces), f"{traces}/")
     return sources
 
 
@@ -149,7 +149,7 @@ def plan_reclaim(record: Any, manifests: dict[str, dict[str, Any]]) -> dict[str,
             by_key[full] = {"key": full, "size": size, "manifest": name}
             counts[name] += 1
     objects = [by_key[key] for key in sorted(by_key, key=lambda k: k.encode("utf-8"))]
-    store = record.store.rstrip("/")
+    store = record.store
     return {
         "job": record.job,
         "store": store,

@@ -22,6 +22,7 @@ import yaml
 from rlkeep.errors import RecordError
 from rlkeep.job_ids import CHAIN_ID_CHECKS, CLUSTER_REQUIRED
 from rlkeep.kinds import DEFAULT_KIND, KIND_SECTIONS, KINDS, KindSpec, spec_for
+from rlkeep.urls import join_url
 
 DEFAULT_LAYOUT = {"logs": "logs", "traces": "trace_jobs", "ckpts": "ckpts", "exports": "exports"}
 
@@ -81,6 +82,10 @@ class JobRecord:
         """URL of a layout component under the run's store root (e.g. 'traces')."""
         return join_url(self.store, self.layout[component])
 
+    def url_of(self, key: str) -> str:
+        """URL of a key (or a prefix) under the run's store root, for messages and evidence."""
+        return join_url(self.store, key)
+
     @property
     def spec(self) -> KindSpec:
         """The kind's component map (rlkeep.kinds): which steps apply, the trace tree, ..."""
@@ -93,15 +98,6 @@ class JobRecord:
 
 def attempt_slug(job_id: str) -> str:
     return job_id.rstrip("/").rsplit("/", 1)[-1]
-
-
-def join_url(base: str, *parts: str) -> str:
-    url = base.rstrip("/")
-    for part in parts:
-        part = part.strip("/")
-        if part:
-            url = f"{url}/{part}"
-    return url
 
 
 @lru_cache(maxsize=1)

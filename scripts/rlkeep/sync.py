@@ -186,10 +186,10 @@ def trainer_logs(ctx: StepContext, store: Store) -> Iterator[tuple[str, bytes | 
                 tried.append(f"{path} ({error.strerror or error})")
         key = f"{record.layout['logs']}/{slug}.out"
         try:
-            yield slug, store.read_bytes(key), f"{record.store}/{key}", {}
+            yield slug, store.read_bytes(key), record.url_of(key), {}
             continue
         except Exception as error:  # noqa: BLE001 - any failure here is the same missing log
-            tried.append(f"{record.store}/{key} ({error})")
+            tried.append(f"{record.url_of(key)} ({error})")
         if record.spec.trainer_log_required:
             raise RlkeepError(f"trainer log of attempt {slug} not readable: {'; '.join(tried)}; scheduler "
                               f"{record.scheduler} reads the StdOut path (slurm) or logs/<attempt>.out from the store")
@@ -215,11 +215,11 @@ def _cli_trainer_logs(ctx: StepContext, store: Store,
         try:
             data = store.read_bytes(key)
         except Exception as error:  # noqa: BLE001 - any failure here is the same missing copy
-            data, store_why = None, f"no store copy at {record.store}/{key} ({error})"
+            data, store_why = None, f"no store copy at {record.url_of(key)} ({error})"
         if data == b"" and fetch.text is not None:  # two empty answers: the CLI's names the attempt
-            data, store_why = None, f"the store copy {record.store}/{key} is empty too"
+            data, store_why = None, f"the store copy {record.url_of(key)} is empty too"
         if data is not None:
-            yield (slug, data, f"{record.store}/{key}",
+            yield (slug, data, record.url_of(key),
                    {"completeness": {"status": "store_copy", "how": "the store's copy of the attempt's log; the CLI's "
                                      f"could not be proven complete: {fetch.detail}", **cli}})
             continue

@@ -13,6 +13,7 @@ from rlkeep.errors import RlkeepError
 from rlkeep.hashing import sha256_file
 from rlkeep.storage import ObjectMissing, S3Store, Store, open_store
 from rlkeep.waits import seconds_from_env
+from rlkeep.urls import join_url
 
 log = logging.getLogger("rlkeep.archive")
 
@@ -134,7 +135,7 @@ def verify_uploaded_archive(tgz: Path, manifest: Path, dest_url: str, job: str) 
     tgz, manifest = Path(tgz), Path(manifest)
     base = _archive_base(dest_url, job, (tgz, manifest))
     store = open_store(base)
-    objects = [verified_remote_copy(store, f"{base}/{path.name}", path) for path in (tgz, manifest)]
+    objects = [verified_remote_copy(store, join_url(base, path.name), path) for path in (tgz, manifest)]
     return {"status": "completed", "dest": base, "objects": objects,
             "verified": "listing and (S3) HEAD size, and sha256 of a fresh full read, against the local files"}
 

@@ -18,6 +18,7 @@ from rlkeep.jsonio import read_json
 from rlkeep.metrics import read_metrics_csv
 from rlkeep.records import load_record
 from rlkeep.report import build_status
+from rlkeep.urls import join_url
 
 DEFAULT_HUB = "https://huggingface.co"
 
@@ -165,9 +166,8 @@ def storage_bytes(view: RunView) -> dict[str, int | None]:
 
 
 def hub_url(repo_id: str, repo_type: str = "model", endpoint: str | None = None) -> str:
-    base = (endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_HUB).rstrip("/")
-    prefix = "datasets/" if repo_type == "dataset" else ""
-    return f"{base}/{prefix}{quote(repo_id, safe='/')}"
+    prefix = "datasets" if repo_type == "dataset" else ""
+    return join_url(endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_HUB, prefix, quote(repo_id, safe="/"))
 
 
 def destination_links(status: dict[str, Any], endpoint: str | None = None) -> list[tuple[str, str, str | None]]:

@@ -47,7 +47,7 @@ def list_checkpoints_step(ctx: StepContext) -> None:
         "store": record.store,
         "ckpts": ckpts,
         "exports": exports,
-        "latest_ckpt_global_step": parse_latest_step(latest_text, f"{record.store}/{txt_key}"),
+        "latest_ckpt_global_step": parse_latest_step(latest_text, record.url_of(txt_key)),
         "interval": record.checkpoint_interval,
         "objects_listed": len(keys),
         "valid": [candidate.step for candidate in found if candidate.complete],

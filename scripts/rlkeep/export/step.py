@@ -35,12 +35,12 @@ def export_step(ctx: StepContext) -> None:
     listings = {name: _step_listing(store, prefix) for name, prefix in prefixes.items()}
     detection = choose_source(listings["export"] or None, listings["ckpt"] or None)
     if not detection.consolidatable:
-        raise RlkeepError(f"{record.store}/{prefixes.get(detection.source, prefixes['ckpt'])}: "
+        raise RlkeepError(f"{record.url_of(prefixes.get(detection.source, prefixes['ckpt']))}: "
                           f"{detection.format} checkpoint of step {step} cannot be consolidated here: {detection.reason}")
     prefix = prefixes[detection.source]
     sizes = listings[detection.source]
     needed = sorted(detection.needed_files)
-    check_transfer(ctx, nbytes=sum(sizes[name] for name in needed), what=f"checkpoint download from {record.store}/{prefix}",
+    check_transfer(ctx, nbytes=sum(sizes[name] for name in needed), what=f"checkpoint download from {record.url_of(prefix)}",
                    **store_to_local(ctx))
 
     src_dir = ctx.work_dir("export") / f"global_step_{step}-{detection.source}"
@@ -55,7 +55,7 @@ def export_step(ctx: StepContext) -> None:
         return target.is_file() and target.stat().st_size == sizes[name] and downloaded.get(name) == identity.get(name)
 
     require_free(src_dir, sum(sizes[name] for name in needed if not kept(name)),
-                 f"checkpoint download from {record.store}/{prefix}")
+                 f"checkpoint download from {record.url_of(prefix)}")
     for name in needed:
         target = src_dir / name
         if kept(name):
@@ -86,7 +86,7 @@ def export_step(ctx: StepContext) -> None:
         "status": "completed",
         "step": step,
         "format": detection.format,
-        "source": f"{record.store}/{prefix}",
+        "source": record.url_of(prefix),
         "source_keys": [f"{prefix}/{name}" for name in needed],
         "detection": detection.to_dict(),
     })

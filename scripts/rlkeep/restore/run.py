@@ -17,6 +17,7 @@ from rlkeep.archive.manifest import MANIFEST_MEMBER, ManifestEntry, parse_manife
 from rlkeep.errors import RlkeepError
 from rlkeep.restore.extract import SHOWN, Extraction, Target, extract, kept_entries
 from rlkeep.restore.source import ArchiveLocation, open_member_object, read_small_object
+from rlkeep.urls import join_url
 
 log = logging.getLogger("rlkeep.restore")
 
@@ -64,7 +65,7 @@ def _embedded_manifest(location: ArchiveLocation) -> bytes:
 
 def read_manifest(location: ArchiveLocation) -> tuple[bytes, str]:
     """(MANIFEST text, where it came from): the object beside the tgz, else the tgz's first member."""
-    url = f"{location.base}/{MANIFEST_MEMBER}"
+    url = join_url(location.base, MANIFEST_MEMBER)
     try:
         return read_small_object(location, MANIFEST_MEMBER), url
     except FileNotFoundError:

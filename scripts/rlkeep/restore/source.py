@@ -20,6 +20,7 @@ from typing import IO, Any
 
 from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import read_json
+from rlkeep.urls import join_url
 
 HF_DATASET_PREFIX = "hf://datasets/"
 QUEUED_CHUNKS = 16  # bytes in flight between the store's read and the extraction: 16 x the store's chunk
@@ -38,7 +39,7 @@ class ArchiveLocation:
 
     def describe(self) -> str:
         at = f" at commit {self.revision}" if self.revision else ""
-        return f"{self.base}/{self.tgz_name}{at}"
+        return join_url(self.base, self.tgz_name) + at
 
 
 def location_from_url(url: str, job: str, revision: str | None = None) -> ArchiveLocation:
@@ -157,7 +158,7 @@ def _store_reader(base: str, name: str) -> Iterator[IO[bytes]]:
         try:
             result["size"], result["sha256"] = store.read_into(name, pipe)  # type: ignore[arg-type]
             if result["sha256"] != pipe.digest.hexdigest():
-                raise RlkeepError(f"{base}/{name}: the object changed while it was read (a restarted read gave other "
+                raise RlkeepError(f"{join_url(base, name)}: the object changed while it was read (a restarted read gave other "
                                   "bytes); run the restore again")
             pipe._put(None)
         except BaseException as error:  # noqa: BLE001 - handed to the reading thread, which raises it
@@ -193,7 +194,7 @@ def _hub_reader(base: str, name: str, revision: str | None) -> Iterator[IO[bytes
     try:
         handle = filesystem.open(path, "rb", block_size=0)
     except FileNotFoundError:
-        raise FileNotFoundError(f"{base}/{name}") from None
+        raise FileNotFoundError(join_url(base, name)) from None
     with handle:
         yield handle  # type: ignore[misc]
 
@@ -211,7 +212,7 @@ def open_member_object(location: ArchiveLocation, name: str) -> Iterator[IO[byte
             with _store_reader(location.base, name) as reader:
                 yield reader
     except ObjectMissing:
-        raise FileNotFoundError(f"{location.base}/{name}") from None
+        raise FileNotFoundError(join_url(location.base, name)) from None
 
 
 def read_small_object(location: ArchiveLocation, name: str) -> bytes:

@@ -142,9 +142,9 @@ def _store_log(record: JobRecord, slug: str) -> dict[str, Any]:
     try:
         present = open_store(record.store).exists(key)
     except Exception as error:  # noqa: BLE001 - an unreachable store only leaves this unknown
-        return {"store_log": None, "store_log_reason": f"could not check {record.store}/{key}: {error}"}
-    return {"store_log": f"{record.store}/{key}" if present else None,
-            **({} if present else {"store_log_reason": f"no {record.store}/{key}"})}
+        return {"store_log": None, "store_log_reason": f"could not check {record.url_of(key)}: {error}"}
+    return {"store_log": record.url_of(key) if present else None,
+            **({} if present else {"store_log_reason": f"no {record.url_of(key)}"})}
 
 
 def chains_of_other_records(ctx: StepContext) -> dict[str, str]:

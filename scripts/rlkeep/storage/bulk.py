@@ -53,7 +53,7 @@ def fetch_object(store: Store, info: ObjectInfo, spill_bytes: int) -> FetchedObj
     A vanished object comes back without a body; a denied one with the refusal."""
     body: IO[bytes]
     if info.size <= spill_bytes:
-        body = _CappedBuffer(info.size, f"{store.url}/{info.key}")
+        body = _CappedBuffer(info.size, store.url_of(info.key))
     else:
         body = tempfile.SpooledTemporaryFile(max_size=spill_bytes)  # type: ignore[assignment]
     try:
@@ -69,7 +69,7 @@ def fetch_object(store: Store, info: ObjectInfo, spill_bytes: int) -> FetchedObj
         raise
     if size != info.size:
         body.close()
-        raise StoreError(f"{store.url}/{info.key}: listed with {info.size} bytes but read {size}; the object changed during sync")
+        raise StoreError(f"{store.url_of(info.key)}: listed with {info.size} bytes but read {size}; the object changed during sync")
     body.seek(0)
     return FetchedObject(info, body, digest)
 

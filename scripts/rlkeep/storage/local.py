@@ -10,6 +10,7 @@ from typing import IO
 
 from rlkeep.errors import StoreError
 from rlkeep.storage.objects import CHUNK, ObjectInfo, ObjectMissing, check_key, hash_stream
+from rlkeep.urls import join_url
 
 
 class FileStore:
@@ -19,6 +20,10 @@ class FileStore:
         self.url = url.rstrip("/")
         self.root = root
 
+    def url_of(self, key: str) -> str:
+        """The object's URL, for messages and evidence."""
+        return join_url(self.url, key)
+
     def _path(self, key: str) -> Path:
         return self.root / check_key(key, where=self.url)
 
@@ -27,7 +32,7 @@ class FileStore:
         if not base.exists():
             return
         if not base.is_dir():
-            raise StoreError(f"{self.url}/{prefix}: expected a directory")
+            raise StoreError(f"{self.url_of(prefix)}: expected a directory")
         found: list[ObjectInfo] = []
         for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
             dirnames.sort()
@@ -45,13 +50,13 @@ class FileStore:
             with open(self._path(key), "rb") as handle:
                 return hash_stream(iter(lambda: handle.read(CHUNK), b""), sink)
         except FileNotFoundError:
-            raise ObjectMissing(f"{self.url}/{key}: listed but no longer exists") from None
+            raise ObjectMissing(f"{self.url_of(key)}: listed but no longer exists") from None
 
     def read_bytes(self, key: str) -> bytes:
         try:
             return self._path(key).read_bytes()
         except FileNotFoundError:
-            raise ObjectMissing(f"{self.url}/{key}: no such object") from None
+            raise ObjectMissing(f"{self.url_of(key)}: no such object") from None
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()

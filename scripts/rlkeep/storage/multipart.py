@@ -34,7 +34,7 @@ def put_file(store: S3Store, key: str, path: Path) -> ObjectInfo:
         abort_unfinished_uploads(store, key)
     try:
         store.call(
-            f"{store.url}/{key}: upload",
+            f"{store.url_of(key)}: upload",
             lambda: s3_client().upload_file(str(path), store.bucket, store.full_key(key), Config=config),
         )
     finally:
@@ -51,7 +51,7 @@ def unfinished_uploads(store: S3Store, key: str) -> list[str]:
     ids: list[str] = []
     kwargs: dict[str, str] = {"Bucket": store.bucket, "Prefix": full}
     while True:
-        page = store.call(f"{store.url}/{key}: listing unfinished multipart uploads",
+        page = store.call(f"{store.url_of(key)}: listing unfinished multipart uploads",
                           lambda: s3_client().list_multipart_uploads(**kwargs))
         uploads = page.get("Uploads", [])  # type: ignore[union-attr]
         ids += [upload["UploadId"] for upload in uploads if upload.get("Key") == full]
@@ -67,7 +67,7 @@ def abort_unfinished_uploads(store: S3Store, key: str) -> int:
     try:
         ids = unfinished_uploads(store, key)
         for upload_id in ids:
-            store.call(f"{store.url}/{key}: aborting multipart upload {upload_id}",
+            store.call(f"{store.url_of(key)}: aborting multipart upload {upload_id}",
                        lambda: s3_client().abort_multipart_upload(Bucket=store.bucket, Key=store.full_key(key),
                                                                   UploadId=upload_id))
     except StoreError as error:

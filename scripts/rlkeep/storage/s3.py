@@ -22,6 +22,7 @@ from rlkeep.storage.failures import (HttpStatusError, StoreThrottled, StoreUnava
                                      throttle_pause)
 from rlkeep.storage.objects import CHUNK, ObjectChanged, ObjectDenied, ObjectInfo, ObjectMissing, check_key, hash_stream
 from rlkeep.storage.signer import query_signer
+from rlkeep.urls import join_url
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,10 @@ class S3Store:
         self.url = url.rstrip("/")
         self.bucket = bucket
         self.prefix = prefix
+
+    def url_of(self, key: str) -> str:
+        """The object's URL, for messages and evidence."""
+        return join_url(self.url, key)
 
     def full_key(self, key: str) -> str:
         """The key in the bucket: the checked relative key under the prefix."""
@@ -94,7 +99,7 @@ class S3Store:
         BytesIO or a temp file, never a half-written tar.
         """
         full = self.full_key(key)
-        what = f"{self.url}/{key}"
+        what = self.url_of(key)
         attempt, throttles, throttled_wait = 0, 0, 0.0
         while attempt < READ_ATTEMPTS:
             start = sink.tell()
@@ -169,13 +174,13 @@ class S3Store:
 
     def exists(self, key: str) -> bool:
         try:
-            self.call(f"{self.url}/{key}", lambda: s3_client().head_object(Bucket=self.bucket, Key=self.full_key(key)))
+            self.call(self.url_of(key), lambda: s3_client().head_object(Bucket=self.bucket, Key=self.full_key(key)))
             return True
         except ObjectMissing:
             return False
 
     def head(self, key: str) -> ObjectInfo:
-        response = self.call(f"{self.url}/{key}", lambda: s3_client().head_object(Bucket=self.bucket, Key=self.full_key(key)))
+        response = self.call(self.url_of(key), lambda: s3_client().head_object(Bucket=self.bucket, Key=self.full_key(key)))
         return ObjectInfo(key=key, size=int(response["ContentLength"]), etag=response.get("ETag", "").strip('"'))  # type: ignore[index]
 
     def put_file(self, key: str, path: Path) -> ObjectInfo:
@@ -192,7 +197,7 @@ class S3Store:
 
     def put_bytes(self, key: str, data: bytes) -> ObjectInfo:
         self.call(
-            f"{self.url}/{key}: upload",
+            f"{self.url_of(key)}: upload",
             lambda: s3_client().put_object(Bucket=self.bucket, Key=self.full_key(key), Body=data),
         )
         return ObjectInfo(key=key, size=len(data))
