@@ -38,19 +38,31 @@ from tests.support.zipcrypto import encrypted_zip
 REPO = Path(__file__).resolve().parents[1]
 
 
+# `rlkeep redact` run in this interpreter, reporting the peak RSS of its own address space (VmHWM)
+# at exit. Not the child's ru_maxrss: Linux carries the forking process's peak over exec, and an
+# xdist worker is several hundred MB by the time it starts the child.
+PEAK_OF_OWN_MEMORY = """
+import atexit, runpy, sys
+out = sys.argv.pop(1)
+def report():
+    with open("/proc/self/status") as status:
+        peak = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
+    with open(out, "w") as handle:
+        handle.write(peak)
+atexit.register(report)
+sys.argv = ["rlkeep", *sys.argv[1:]]
+runpy.run_module("rlkeep", run_name="__main__")
+"""
+
+
 def run_cli(args: list[str]) -> tuple[subprocess.CompletedProcess[str], int]:
-    """`rlkeep redact` in a child; also the peak RSS in KiB of that child alone (os.wait4 reaps it with
-    its own usage; RUSAGE_CHILDREN would be the largest of every child this test worker ever waited for)."""
+    """`rlkeep redact` in a child; also the peak RSS in KiB of the child's own memory."""
     env = {k: v for k, v in os.environ.items() if k not in credential_variable_names(os.environ)}
-    command = [sys.executable, "-m", "rlkeep", "redact", *args]
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        child = subprocess.Popen(command, stdout=out, stderr=err, env=env, cwd=REPO)
-        _, status, usage = os.wait4(child.pid, 0)
-        child.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        result = subprocess.CompletedProcess(command, child.returncode, out.read().decode(), err.read().decode())
-    return result, usage.ru_maxrss
+    with tempfile.TemporaryDirectory() as scratch:
+        peak_file = Path(scratch) / "peak"
+        result = subprocess.run([sys.executable, "-c", PEAK_OF_OWN_MEMORY, str(peak_file), "redact", *args],
+                                capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+        return result, int(peak_file.read_text())
 
 
 class Creds:
