@@ -244,6 +244,8 @@ def get_sync_settings(kind):
 
 
 def get_selection_settings(wildcards):
+    """What reruns select_checkpoint when the record's rule changes (Snakemake compares params); the
+    step itself reads the same fields from the record, its one source."""
     record = get_record(wildcards.job)
     return key_sorted(
         {

@@ -64,12 +64,10 @@ def select_checkpoint_step(ctx: StepContext) -> None:
         candidates = [Candidate.from_json(item) for item in listing["candidates"]]
     except (KeyError, TypeError, ValueError) as error:
         raise CheckpointError(f"{ctx.inputs['candidates']}: not a candidates.json ({error!r})") from None
-    settings = ctx.settings or {}
-    rule = settings["rule"] if "rule" in settings else ctx.record.selection_rule
-    behavior_break = (settings["behavior_break_step"] if "behavior_break_step" in settings
-                      else ctx.record.behavior_break_step)
+    # from the record, the one way (the rule's params only rerun the step when these change)
+    record = ctx.record
     rows = read_metrics_csv(ctx.inputs["metrics"])
-    selected = select_checkpoint(candidates, rule, rows, behavior_break)
+    selected = select_checkpoint(candidates, record.selection_rule, rows, record.behavior_break_step)
     chosen = next(candidate for candidate in candidates if candidate.step == selected["step"])
     write_json(ctx.outputs["selected"], {
         "status": "completed",
