@@ -308,13 +308,14 @@ def test_reclaim_json_says_where_every_class_of_deleted_object_is_preserved(tmp_
     assert sum(entry["bytes"] for entry in classes.values()) == reclaim["deleted_bytes"]
 
     logs = classes["logs_and_run_artifacts"]
-    assert logs["keys"] == 2 and logs["proof"] == "verify/archive.json"  # logs/rl-demo.out, logs/rl-demo-r1.out
+    # logs/rl-demo.out, logs/rl-demo-r1.out; the archive's copy proven verified, then restored from its destination
+    assert logs["keys"] == 2 and logs["proof"] == "verify/archive.json, verify/restore.json"
     copy = logs["preserved_in"]["archive"]
     assert copy["sha256"] == archive["local"]["sha256"] and copy["member_prefix"] == "logs/store/"
     assert {o["url"]: o["sha256"] for o in copy["remote"]} == {o["url"]: o["sha256"] for o in archive["remote"]["objects"]}
 
     traces = classes["trace_trees"]
-    assert traces["keys"] == 24 and traces["proof"] == "verify/archive.json, verify/traces.json"
+    assert traces["keys"] == 24 and traces["proof"] == "verify/archive.json, verify/restore.json, verify/traces.json"
     assert traces["preserved_in"]["trace_dataset"]["commit"] == "b" * 40
     assert traces["preserved_in"]["archive"]["sha256"] == archive["local"]["sha256"]
 

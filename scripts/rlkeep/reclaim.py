@@ -363,6 +363,9 @@ def preservation(objects: list[dict[str, Any]], *, record: Any, manifests: dict[
 
     archive_sentinel = sentinels.get("archive") or {}
     model, traces = sentinels.get("model") or {}, sentinels.get("traces") or {}
+    # the archive's copy is proven by its verification and, once rehearsed, by its restore from there
+    archive_proof = "verify/archive.json" + (
+        ", verify/restore.json" if (sentinels.get("restore") or {}).get("status") == "completed" else "")
     for item in objects:
         sync_reason = skip_reasons.get(item["key"])
         member = archive_member(item, record)
@@ -392,11 +395,11 @@ def preservation(objects: list[dict[str, Any]], *, record: Any, manifests: dict[
                 preserved["trace_dataset"] = {"repo_id": traces.get("repo_id"), "commit": traces.get("commit"),
                                               "what": "dataset rows rebuilt from these trials"}
             add("trace_trees", item, preserved_in=preserved,
-                proof="verify/archive.json" + (", verify/traces.json" if "trace_dataset" in preserved else ""))
+                proof=archive_proof + (", verify/traces.json" if "trace_dataset" in preserved else ""))
         else:
             add("logs_and_run_artifacts", item, preserved_in={"archive": {**_archive_copy(archive_sentinel),
                                                                           "member_prefix": LOGS_ARCHIVE_PREFIX}},
-                proof="verify/archive.json")
+                proof=archive_proof)
     if unaccounted:
         shown = ", ".join(unaccounted[:10]) + (f" and {len(unaccounted) - 10} more" if len(unaccounted) > 10 else "")
         raise RlkeepError(f"reclaim: {len(unaccounted)} planned object(s) are preserved nowhere rlkeep can prove: "
