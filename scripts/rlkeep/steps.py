@@ -257,8 +257,7 @@ class RuleProcess:
             with stop_signals_raise():
                 yield
         except StepTerminated as stop:
-            self._exit(f"rlkeep: step {self.smk.rule} {stop} before it began; nothing was done: rerun the same "
-                       "command", 128 + stop.signum)
+            self._stopped_before_it_began(stop)
 
     def run(self, function: StepFunction) -> NoReturn:
         try:
@@ -267,11 +266,14 @@ class RuleProcess:
         except RlkeepError as error:
             self._exit(f"rlkeep: {error}", 1)
         except StepTerminated as stop:
-            self._exit(f"rlkeep: step {self.smk.rule} {stop} before it began; nothing was done: rerun the same "
-                       "command", 128 + stop.signum)
+            self._stopped_before_it_began(stop)
         status = run_step(self.smk.rule, function, ctx, process_ends=True)
         _close_log(self.stream, self.smk.rule, status)
         sys.exit(status)
+
+    def _stopped_before_it_began(self, stop: StepTerminated) -> NoReturn:
+        self._exit(f"rlkeep: step {self.smk.rule} {stop} before it began; nothing was done: rerun the same command",
+                   128 + stop.signum)
 
     def _exit(self, message: str, status: int) -> NoReturn:
         print(message, file=self.stream, flush=True)
