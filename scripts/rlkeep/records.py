@@ -88,7 +88,7 @@ class JobRecord:
 
     @property
     def spec(self) -> KindSpec:
-        """The kind's component map (rlkeep.kinds): which steps apply, the trace tree, ..."""
+        """The kind's component map (rlkeep.kinds): the trace tree, archive trees, record sections."""
         return spec_for(self.kind)
 
     def section(self, name: str) -> dict[str, Any] | None:
