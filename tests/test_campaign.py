@@ -218,19 +218,23 @@ def test_run_page_plots_are_cached_per_job(root: Path, monkeypatch: pytest.Monke
 
 
 def test_run_page_draws_the_chain_and_keeps_its_table(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import base64
+    import html
     import re
+    import xml.etree.ElementTree as ET
 
     text = (build(root, monkeypatch).parent / "rl-done.html").read_text()
     start = text.index("<h2>Chain</h2>")
     chain = text[start:text.index("<h2>", start + 1)]
-    figure = re.search(r'<img src="data:image/png;base64,([^"]+)" alt="([^"]+)">', chain)
-    assert figure is not None and base64.b64decode(figure[1]).startswith(b"\x89PNG")
+    figure = re.search(r"<figure>(<svg .*?</svg>)</figure>", chain)
+    assert figure is not None
+    svg = ET.fromstring(figure[1])  # well-formed markup
     rows = attempt_timeline(load_run(root, root / "records" / "rl-done.yaml"))
-    alt = figure[2]
+    alt = html.unescape(svg.get("aria-label"))
+    assert svg.findtext("{http://www.w3.org/2000/svg}title") == alt
     assert f"The chain of {len(rows)} attempts drawn in chain order (the scheduler reported no times)" in alt
+    assert len(svg.findall("{http://www.w3.org/2000/svg}rect")) == len(rows)  # one bar per lane
     for row in rows:  # every lane named in the alt text, and the table still says it in text
-        assert esc(str(row["id"])) in alt and f"<code>{esc(row['id'])}</code>" in chain
+        assert str(row["id"]) in alt and f"<code>{esc(row['id'])}</code>" in chain
     assert alt.endswith("#1 /demo/rl-done: failed (dead); #2 /demo/rl-done-r1: killed (stopped); "
                         "unrecorded /demo/rl-done-r9: running (unrecorded)")
 
@@ -255,18 +259,30 @@ def test_run_page_has_vllm_and_batch_error_sections(root: Path, monkeypatch: pyt
 
 
 def test_chain_figure_uses_the_schedulers_times_when_it_has_them() -> None:
-    from rlkeep.chain_figure import timeline_panel
+    import xml.etree.ElementTree as ET
+
+    from rlkeep.chain_figure import timeline_svg
 
     rows = [{"n": 1, "id": "/u/run", "state": "failed", "marks": ["dead"], "recorded": True,
              "started_ms": 1_700_000_000_000, "finished_ms": 1_700_003_600_000},
             {"n": 2, "id": "/u/run-r1", "state": "pending", "marks": ["stopped"], "recorded": True,
              "submitted_ms": 1_700_004_000_000},
             {"n": None, "id": "/u/run-r9", "state": "running", "marks": ["unrecorded"], "recorded": False}]
-    title, alt, png = timeline_panel(rows)
-    assert png.startswith(b"\x89PNG") and "the chain" in title
+    alt, markup = timeline_svg(rows)
     assert alt == ("The chain of 3 attempts drawn on the scheduler's times: #1 /u/run: failed (dead); "
                    "#2 /u/run-r1: pending (stopped); unrecorded /u/run-r9: running (unrecorded)")
-    assert timeline_panel([]) is None
+    svg = ET.fromstring(markup)
+    ns = "{http://www.w3.org/2000/svg}"
+    bars = [rect for rect in svg.iter(f"{ns}rect") if rect.get("stroke") == "#222"]
+    texts = [t.text for t in svg.iter(f"{ns}text")]
+    # the failed attempt spans its hour from the left edge; the pending one starts after it and is unfinished
+    first, second, third = bars
+    assert first.get("fill") == "#c62828" and float(first.get("x")) == 190.0
+    assert float(second.get("x")) > float(first.get("x")) + float(first.get("width"))
+    assert third.get("fill") == "#1565c0" and third.get("stroke-dasharray") and first.get("stroke-dasharray") is None
+    assert "running (unrecorded), no times reported" in texts
+    assert "pending (stopped), unfinished" in texts and "11-14 22:13" in texts and "UTC (scheduler times)" in texts
+    assert timeline_svg([]) is None
 
 
 # --------------------------------------------------------------------------- refreshing only what changed

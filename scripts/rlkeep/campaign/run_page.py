@@ -19,7 +19,7 @@ from rlkeep.campaign.digest import run_state
 from rlkeep.campaign.markup import STEP_STATES, esc, folded, page, state_badge, step_strip, table
 from rlkeep.campaign.summary import summary_card
 from rlkeep.campaign.views import RunView
-from rlkeep.chain_figure import timeline_panel
+from rlkeep.chain_figure import timeline_svg
 from rlkeep.jsonio import read_json, write_json
 from rlkeep.run_report import Section, batch_error_sections, panels, sections, vllm_sections
 
@@ -127,15 +127,11 @@ def metric_panels(view: RunView, cache_dir: Path | None) -> list[tuple[str, str,
                        lambda: panels(rows, trials, candidates=candidates, selected_step=selected))
 
 
-def chain_figure(view: RunView, timeline: list[dict[str, Any]], cache_dir: Path | None
-                 ) -> tuple[str, str, str] | None:
-    """(title, alt, base64 PNG) of the chain drawn as a timeline (rlkeep.chain_figure); the table
-    below it says the same in text."""
-    if not timeline:
-        return None
-    made = cached_pngs(cache_dir / "chain" if cache_dir is not None else None, view.job, [timeline, 1],
-                       lambda: [panel for panel in [timeline_panel(timeline)] if panel is not None])
-    return made[0] if made else None
+def chain_figure(timeline: list[dict[str, Any]]) -> str:
+    """The chain drawn as a timeline (rlkeep.chain_figure, inline SVG), or nothing without attempts;
+    the table below it says the same in text."""
+    drawn = timeline_svg(timeline)
+    return f"<figure>{drawn[1]}</figure>" if drawn else ""
 
 
 def generation_html(tables: dict[str, Any]) -> str:
@@ -182,12 +178,9 @@ def steps_html(view: RunView) -> str:
                      table("", ["step", "state", "reason or what remains"], step_rows)))
 
 
-def chain_html(view: RunView, cache_dir: Path | None) -> str:
+def chain_html(view: RunView) -> str:
     timeline = attempt_timeline(view)
-    parts = ["<h2>Chain</h2>"]
-    drawn = chain_figure(view, timeline, cache_dir)
-    if drawn:
-        parts.append(f"<figure><img src=\"data:image/png;base64,{drawn[2]}\" alt=\"{esc(drawn[1])}\"></figure>")
+    parts = ["<h2>Chain</h2>", chain_figure(timeline)]
     parts.append("<p>Each attempt in order, its scheduler state, and whether it was stopped, dead, gone or "
                  "unrecorded.</p>")
     parts.append(folded("Attempts", len(timeline), table(
@@ -282,7 +275,7 @@ def run_html(view: RunView, job_dir: Path, *, generated_at: str, revision: str, 
         steps_html(view),
         metrics_html(view, job_dir, cache_dir),
         checkpoint_html(view),
-        chain_html(view, cache_dir),
+        chain_html(view),
         published_html(view),
         archive_html(view),
         files_html(view),
