@@ -345,9 +345,21 @@ def get_link_model_card_inputs(wildcards):
 
 
 def get_publish_traces_inputs(wildcards):
-    if get_record(wildcards.job).publish is None:
+    """The staged dataset; ancient only once its upload was verified (a skewed clock must not redo
+    it). Before that it is a plain input: Snakemake 9.27 never plans a job whose only inputs from a
+    job that must run again are ancient and present, even when its own output is missing (dag.py
+    update_needrun masks it), so a staging interrupted after it wrote its tree would plan neither
+    the upload nor DONE, and the command would end 0 without DONE (tests/test_pipeline.py).
+    """
+    job = wildcards.job
+    if get_record(job).publish is None:
         return {"chain": get_chain_input(wildcards)}
-    return {"stage": ancient(f"{wildcards.job}/stage/traces")}
+    stage = f"{job}/stage/traces"
+    return {
+        "stage": (
+            ancient(stage) if Path(job, "verify", "traces.json").exists() else stage
+        )
+    }
 
 
 ##### inputs that depend on the run's kind (rlkeep.kinds: the runbook's per-run-type maps) #####

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import yaml
 
 from tests.conftest import run_snakemake, seed_example, write_record
+from tests.support.publishing import publish_overrides
 
 RECORD = {
     "job": "rl-demo",
@@ -120,3 +122,19 @@ def test_blocked_step_is_named_in_status_json(data_root: Path, bucket: str, iris
     assert result.returncode == 0, result.stderr
     status = json.loads((data_root / "rl-demo/STATUS.json").read_text())
     assert status["blocked"] == [] and status["done"]
+
+
+def test_a_staging_asked_again_before_its_upload_still_plans_the_upload_and_done(data_root: Path, bucket: str,
+                                                                                  iris) -> None:
+    """Found by the kill test: killed just after stage_traces renamed its tree into place, the next
+    run redid the staging and planned nothing after it (the upload's only input was ancient), so
+    the same command ended 0 without DONE. `--forcerun stage_traces` puts the staging in the same
+    state, deterministically."""
+    seed_example(data_root, bucket, iris, record_overrides=publish_overrides(bucket, data_root))
+    staged = run_snakemake(data_root, "rl-demo/stage/traces")
+    assert staged.returncode == 0, staged.stderr[-3000:]
+    assert not (data_root / "rl-demo" / "verify" / "traces.json").exists()
+    plan = run_snakemake(data_root, "rl-demo/DONE", extra=("-n", "--forcerun", "stage_traces"))
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    planned = set(re.findall(r"^(?:local)?rule (\w+):", plan.stdout + plan.stderr, re.M))
+    assert {"stage_traces", "publish_traces", "link_model_card", "done"} - planned == set(), sorted(planned)
