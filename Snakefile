@@ -17,8 +17,9 @@
 #   <job>/archive/<job>_archive.tgz, MANIFEST .......... rules/archive.smk
 #   <job>/verify/archive.json, register.json, reclaim.json  rules/archive.smk
 #   <job>/verify/restore.json, <job>/restore/DONE ...... rules/archive.smk (restore rehearsal, restore)
-#   <job>/DONE, <job>/REPORT.md, <job>/STATUS.json ....... rules/report.smk
-#   campaign/index.html, campaign/<job>.html ........... rules/campaign.smk (and after every invocation)
+#   <job>/DONE, <job>/REPORT.md ........................ rules/report.smk
+# Not targets: <job>/STATUS.json and campaign/ (index.html, <job>.html, refused.json) are written at
+# the end of every invocation by rlkeep/campaign/writer.py (rules/common.smk), and by `rlkeep campaign`.
 # Each rule names its adapter, scripts/steps/<rule>.py, which imports the rule's one function of
 # the `rlkeep` package (scripts/rlkeep/) and runs it, logged to <job>/logs/<rule>.log.
 # The rule's row in scripts/rlkeep/pipeline.py says what reports need of it; its `kinds` (rl | sft | datagen | eval; rlkeep/kinds.py) decides which of these a job's
@@ -44,7 +45,6 @@ include: "rules/export.smk"
 include: "rules/publish.smk"
 include: "rules/archive.smk"
 include: "rules/report.smk"
-include: "rules/campaign.smk"
 
 
 ##### target rules #####
@@ -54,4 +54,3 @@ rule all:
     default_target: True
     input:
         get_all_done_targets,
-        "campaign/index.html",

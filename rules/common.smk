@@ -1,5 +1,6 @@
 # Shared by every stage: config validation, wildcard constraints, record access, get_* helpers.
 
+import atexit
 import os
 import re
 import sys
@@ -57,7 +58,7 @@ from rlkeep.steps import is_authorized
 #                      manifests: delete only what is preserved and was restored in rehearsal.
 #   restore            verify/archive.json + MANIFEST: on demand only (<job>/restore/DONE), never in DONE.
 #   done               every step's evidence (rlkeep.pipeline.STEPS): DONE is the proof that all passed;
-#                      STATUS.json (onsuccess/onerror) is the record when something is blocked.
+#                      STATUS.json (written at the end of every invocation) is the record when something is blocked.
 # rlkeep.pipeline's `after` column restates these edges for STATUS.json's causes; an edge added or
 # removed here fails tests/test_step_graph.py until the column says the same.
 
@@ -67,6 +68,8 @@ from rlkeep.steps import is_authorized
 validate(config, "../scripts/rlkeep/schemas/config.schema.yaml")
 
 RECORDS_DIR = Path(config["records"])
+# the working directory when the Snakefile is read (--directory applied); Snakemake leaves it before exit
+DATA_ROOT = Path.cwd()
 # every rule runs in the one pinned environment (`--sdm conda` builds it; without it, the .venv)
 RLKEEP_ENV = "../envs/rlkeep.yaml"
 
@@ -87,7 +90,6 @@ localrules:
     select_checkpoint,
     register,
     done,
-    campaign,
 
 
 ##### records #####
@@ -422,13 +424,7 @@ def get_reclaim_inputs(wildcards):
     return inputs
 
 
-##### status on success or failure #####
-
-
-def write_status_files():
-    from rlkeep.report import write_status_for_jobs
-
-    write_status_for_jobs(Path.cwd(), RECORDS_DIR)
+##### what people read: STATUS.json and the campaign pages #####
 
 
 def get_invocation():
@@ -438,35 +434,34 @@ def get_invocation():
     return invocation_from_argv(sys.argv)
 
 
-def write_campaign_files():
-    """campaign/index.html and campaign/<job>.html from the records and job folders (rlkeep.campaign)."""
-    from rlkeep.campaign import write_campaign
-
-    return write_campaign(Path.cwd(), RECORDS_DIR, invocation=get_invocation())
-
-
-def refresh_campaign():
-    """After every invocation, so the page never shows an older state than the last run left. A
-    failure here is reported and does not hide the run's own result."""
+def write_views():
+    """Every started job's STATUS.json and the campaign pages (rlkeep.campaign.writer, their one
+    writer), at the end of every invocation: also when Snakemake had nothing to do or only showed
+    its plan (-n), where it runs no onsuccess handler. A failure here is reported and does not
+    hide the run's own result."""
     try:
-        write_campaign_files()
+        from rlkeep.campaign.writer import write_views
+
+        write_views(DATA_ROOT, RECORDS_DIR, invocation=get_invocation())
     except (
         Exception
     ) as error:  # noqa: BLE001 - the run's outcome matters more than its view
         print(
-            f"rlkeep: campaign/index.html was not refreshed: {error}", file=sys.stderr
+            f"rlkeep: STATUS.json and campaign/ were not refreshed: {error}",
+            file=sys.stderr,
         )
 
 
+# Only Snakemake's own process (not a job it runs elsewhere), and only in a data root.
+if workflow.is_main_process and (DATA_ROOT / RECORDS_DIR).is_dir():
+    atexit.register(write_views)
+
+
 onsuccess:
-    write_status_files()
-    refresh_campaign()
     repeat_planning_notes()
 
 
 onerror:
-    write_status_files()
-    refresh_campaign()
     repeat_planning_notes()
 
 

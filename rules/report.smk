@@ -1,5 +1,6 @@
-# The completion record (docs/reference.md, contract §5). STATUS.json is written by the onsuccess and
-# onerror handlers in common.smk, so it exists even when a step is blocked.
+# The completion record (docs/reference.md, contract §5). STATUS.json is no rule's output: it is
+# written at the end of every invocation (rules/common.smk, rlkeep/campaign/writer.py), so it exists
+# even when a step is blocked.
 
 
 rule done:

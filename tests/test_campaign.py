@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from rlkeep.campaign import (archive_summary, attempt_timeline, destination_links, esc, hub_url, index_html,
-                             load_campaign, load_run, storage_bytes, write_campaign)
+                             load_campaign, load_run, storage_bytes, write_views)
 from rlkeep.pipeline import STEPS
 from tests.support.campaign import (BLOCKED_REASON, blocked_run, completed_run, local_links, not_started, resolve,
                                     write_record)
@@ -76,7 +76,7 @@ def build(root: Path, monkeypatch: pytest.MonkeyPatch, endpoint: str | None = No
         monkeypatch.delenv("HF_ENDPOINT", raising=False)
     else:
         monkeypatch.setenv("HF_ENDPOINT", endpoint)
-    return write_campaign(root, Path("records"), invocation="snakemake --profile iris")
+    return write_views(root, Path("records"), invocation="snakemake --profile iris")
 
 
 def test_one_row_per_record_with_each_steps_state(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -204,8 +204,8 @@ def test_run_page_has_the_run_analysis_and_names_a_bad_table(root: Path, monkeyp
 
 def test_run_page_plots_are_cached_per_job(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     index = build(root, monkeypatch)
-    plots = index.parent / ".plots"
-    first = sorted(p.name for p in plots.iterdir() if p.is_file())  # .plots/chain/ holds the chain figure
+    plots = root / "rl-done" / ".work" / "plots"
+    first = sorted(p.name for p in plots.iterdir() if p.is_file())
     assert len(first) == 1 and first[0].startswith("rl-done-")
     text = (index.parent / "rl-done.html").read_text()
     assert 'alt="Reward per global step, raw and EMA-smoothed' in text and "data:image/png;base64," in text
@@ -261,7 +261,7 @@ def test_run_page_has_vllm_and_batch_error_sections(root: Path, monkeypatch: pyt
 def test_chain_figure_uses_the_schedulers_times_when_it_has_them() -> None:
     import xml.etree.ElementTree as ET
 
-    from rlkeep.chain_figure import timeline_svg
+    from rlkeep.campaign.chain_figure import timeline_svg
 
     rows = [{"n": 1, "id": "/u/run", "state": "failed", "marks": ["dead"], "recorded": True,
              "started_ms": 1_700_000_000_000, "finished_ms": 1_700_003_600_000},
@@ -323,42 +323,34 @@ def test_a_refresh_rewrites_only_the_pages_of_runs_that_changed(root: Path, monk
     assert page_identities(root)["rl-done"] != first["rl-done"]
 
 
-def test_a_missing_page_or_an_unreadable_memory_rebuilds(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_page_or_an_unreadable_memo_rebuilds(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     build(root, monkeypatch)
-    (root / "campaign" / "rl-done.html").unlink()   # as Snakemake does before the campaign rule runs
+    (root / "campaign" / "rl-done.html").unlink()
     build(root, monkeypatch)
     assert "rl-done" in (root / "campaign" / "rl-done.html").read_text()
 
     first = page_identities(root)
-    (root / "campaign" / ".pages.json").write_text("{half")
+    for job in ("rl-done", "rl-stuck"):
+        (root / job / ".work" / "views.json").write_text("{half")
     rows = parse_rows(build(root, monkeypatch).read_text())
-    assert all(page_identities(root)[job] != first[job] for job in first)
+    now = page_identities(root)
+    assert now["rl-done"] != first["rl-done"] and now["rl-stuck"] != first["rl-stuck"]
+    assert now["rl-later"] == first["rl-later"]  # not started: its page is unchanged but for the time
     assert set(rows) == {"rl-done", "rl-stuck", "rl-later"}
 
 
-def test_pages_snakemake_removed_before_the_campaign_rule_come_back_without_a_rebuild(
+def test_the_campaign_folder_holds_pages_only_and_a_removed_records_page_goes(
         root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import rlkeep.campaign.writer as writer
-
+    for older in (".pages/rl-done.0123.html", ".plots/rl-done-0123.json", "logs/campaign.log"):  # an older rlkeep's
+        (root / "campaign" / older).parent.mkdir(parents=True, exist_ok=True)
+        (root / "campaign" / older).write_text("kept by an older rlkeep")
+    (root / "campaign" / ".pages.json").write_text("{}")
     build(root, monkeypatch)
-    first = page_identities(root)
-    for job in first:                       # Snakemake deletes a rule's outputs before running it
-        (root / "campaign" / f"{job}.html").unlink()
-    loaded = []
-    real_load_run = writer.load_run
-    monkeypatch.setattr(writer, "load_run", lambda *a, **k: loaded.append(a[1].stem) or real_load_run(*a, **k))
-    build(root, monkeypatch)
-    assert loaded == []
-    assert {job: inode for job, (inode, _) in page_identities(root).items()} == {
-        job: inode for job, (inode, _) in first.items()}
-
-    # a changed run is rebuilt, and only its own older kept page goes; the plot keeps the others' lines
-    (root / "rl-later" / "logs").mkdir(parents=True)
-    index = build(root, monkeypatch).read_text()
-    assert loaded == ["rl-later"]
-    assert '<g class="run" data-job="rl-done"' in index and '<tr data-job="rl-done">' in index
-    kept = sorted(path.name.split(".")[0] for path in (root / "campaign" / ".pages").iterdir())
-    assert kept == ["rl-done", "rl-later", "rl-stuck"]
+    assert sorted(path.name for path in (root / "campaign").iterdir()) == [
+        "index.html", "refused.json", "rl-done.html", "rl-later.html", "rl-stuck.html"]
+    (root / "records" / "rl-later.yaml").unlink()
+    rows = parse_rows(build(root, monkeypatch).read_text())
+    assert set(rows) == {"rl-done", "rl-stuck"} and not (root / "campaign" / "rl-later.html").exists()
 
 
 def test_other_rlkeep_code_rebuilds_every_page(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -370,4 +362,5 @@ def test_other_rlkeep_code_rebuilds_every_page(root: Path, monkeypatch: pytest.M
     assert page_identities(root) == first
     monkeypatch.setattr(writer, "code_digest", lambda: "another version of rlkeep")
     build(root, monkeypatch)
-    assert all(page_identities(root)[job] != first[job] for job in first)
+    # a run that has not started is rendered every time and written when its page differs
+    assert all(page_identities(root)[job] != first[job] for job in ("rl-done", "rl-stuck"))

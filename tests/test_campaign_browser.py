@@ -1,8 +1,10 @@
 """The campaign pages in a real headless Chromium (Debian's chromium, installed by .ci/run), made by
-the real pipeline: `snakemake campaign/index.html`, and the refresh after a `<job>/DONE` run."""
+`rlkeep campaign`, and by the refresh that ends the real pipeline's `<job>/DONE` run."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -59,15 +61,14 @@ def test_console_errors_are_caught(tmp_path: Path) -> None:
     assert any("missingFunction" in line for line in render(page, tmp_path / "profile").console)
 
 
-def test_campaign_rule_pages_in_chromium(data_root: Path, tmp_path: Path) -> None:
+def test_rlkeep_campaign_pages_in_chromium(data_root: Path, tmp_path: Path) -> None:
     completed_run(data_root)
     blocked_run(data_root)
     not_started(data_root)
-    dry = run_snakemake(data_root, "campaign/index.html", extra=("-n",))
-    assert dry.returncode == 0, dry.stderr
-    assert "campaign" in dry.stdout + dry.stderr and not (data_root / "campaign").exists()
-    result = run_snakemake(data_root, "campaign/index.html")
+    result = subprocess.run([sys.executable, "-m", "rlkeep", "campaign", "--data-root", str(data_root)],
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(data_root / "campaign" / "index.html")
     index = data_root / "campaign" / "index.html"
     rows = check_in_browser(index, tmp_path, {"rl-done": "done", "rl-stuck": "blocked", "rl-later": "not_started"})
     assert rows["rl-stuck"]["steps"]["sync_logs"] == "blocked"

@@ -68,7 +68,7 @@ with open(sys.argv[1], "a") as handle:
 
 
 def test_the_refresh_lock_keeps_a_second_refresh_out_until_released(tmp_path: Path) -> None:
-    lock = tmp_path / "campaign" / ".pages.lock"
+    lock = tmp_path / "job" / ".work" / "views.lock"
 
     def other_process_gets_it() -> bool:
         return subprocess.run([sys.executable, "-c", HOLD_NONBLOCKING, str(lock)]).returncode == 0
@@ -79,7 +79,7 @@ def test_the_refresh_lock_keeps_a_second_refresh_out_until_released(tmp_path: Pa
 
 
 def test_a_lock_held_too_long_is_waited_for_only_so_long(tmp_path: Path, capsys) -> None:
-    lock = tmp_path / ".pages.lock"
+    lock = tmp_path / "views.lock"
     holder = subprocess.Popen([sys.executable, "-c", HOLD_FOR_A_WHILE, str(lock)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"

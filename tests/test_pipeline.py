@@ -138,3 +138,17 @@ def test_a_staging_asked_again_before_its_upload_still_plans_the_upload_and_done
     assert plan.returncode == 0, plan.stderr[-3000:]
     planned = set(re.findall(r"^(?:local)?rule (\w+):", plan.stdout + plan.stderr, re.M))
     assert {"stage_traces", "publish_traces", "link_model_card", "done"} - planned == set(), sorted(planned)
+
+
+def test_a_capture_asked_again_before_its_readers_ran_still_plans_them_and_done(data_root: Path, bucket: str,
+                                                                                iris) -> None:
+    """The same Snakemake rule as above, for chain.json: a capture killed just after it wrote the
+    chain (redone by --rerun-incomplete) must still plan every step that reads it and has not run,
+    though chain.json is ancient for its readers while the record's chain is unchanged."""
+    seed_example(data_root, bucket, iris)
+    captured = run_snakemake(data_root, "rl-demo/chain.json")
+    assert captured.returncode == 0, captured.stderr[-3000:]
+    plan = run_snakemake(data_root, "rl-demo/DONE", extra=("-n", "--forcerun", "capture_chain"))
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    planned = set(re.findall(r"^(?:local)?rule (\w+):", plan.stdout + plan.stderr, re.M))
+    assert {"capture_chain", "stop_retries", "sync_logs", "sync_traces", "done"} - planned == set(), sorted(planned)

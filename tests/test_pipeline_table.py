@@ -49,7 +49,7 @@ def rule_scripts() -> dict[str, str]:
 def test_every_rule_has_one_row_and_runs_its_own_adapter() -> None:
     names = [step.name for step in PIPELINE]
     assert len(names) == len(set(names))
-    assert rule_names() - {"all", "campaign"} == set(names)  # campaign is no step, all runs nothing
+    assert rule_names() - {"all"} == set(names)  # all runs nothing
     for smk in (REPO / "rules").glob("*.smk"):
         assert "run=" not in smk.read_text(), smk  # the adapter, not a params string, picks the function
     scripts = rule_scripts()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from rlkeep.campaign import write_campaign
+from rlkeep.campaign import write_views
 from rlkeep_dev.example.kinds import write_datagen_run
 from tests.conftest import run_snakemake, write_record
 
@@ -95,13 +95,14 @@ def test_refused_json_lists_every_record_that_does_not_load_also_from_the_pages_
                                                                                         data_root: Path) -> None:
     seed_datagen(tmp_path, data_root, "dg-1")
     (data_root / "records" / "dg-2.yaml").write_text("job: dg-2\nchain: [unclosed\n")
+    (data_root / "dg-2" / "logs").mkdir(parents=True)  # started before its record broke: its views are memoized
     refused_file = data_root / "campaign" / "refused.json"
     expected = {"records": 2, "refused": [{"job": "dg-2", "file": "records/dg-2.yaml",
                                            "error": "records/dg-2.yaml: not valid YAML at line 3, column 1: "
                                                     "did not find expected ',' or ']'"}]}
-    for _ in range(2):  # the second refresh reads nothing again (campaign/.pages.json) and says the same
-        write_campaign(data_root, Path("records"))
+    for _ in range(2):  # the second refresh reads nothing again (dg-2/.work/views.json) and says the same
+        write_views(data_root, Path("records"))
         assert json.loads(refused_file.read_text()) == expected
     (data_root / "records" / "dg-2.yaml").unlink()
-    write_campaign(data_root, Path("records"))
+    write_views(data_root, Path("records"))
     assert json.loads(refused_file.read_text()) == {"records": 1, "refused": []}

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from rlkeep.records import load_record
 from rlkeep.pipeline import STEP_BY_NAME
-from rlkeep.report import build_status, continue_command, invocation_from_argv, render_report, write_status_for_jobs
+from rlkeep.campaign.writer import write_views
+from rlkeep.report import build_status, continue_command, invocation_from_argv, render_report
 
 RECORD = """job: rl-swe
 user: u
@@ -94,12 +95,18 @@ def test_the_surface_names_attempts_without_metrics_and_a_partial_publication_ke
     assert status["destinations"]["model_commit"] == "abc123" and status["destinations"]["traces"] == "o/t"
 
 
+def identity(path: Path) -> tuple[int, int] | None:
+    """(inode, mtime_ns): an atomic rewrite makes a new file."""
+    return (path.stat().st_ino, path.stat().st_mtime_ns) if path.exists() else None
+
+
 def test_status_is_written_for_every_job_with_a_folder(tmp_path: Path) -> None:
     job, _ = job_folder(tmp_path)
-    written = write_status_for_jobs(tmp_path, Path("records"), "snakemake --profile x")
-    assert written == [job / "STATUS.json"]
-    assert json.loads(written[0].read_text())["continue"] == "snakemake --profile x rl-swe/DONE"
-    assert write_status_for_jobs(tmp_path, Path("records"), "snakemake --profile x") == []  # unchanged: not rewritten
+    write_views(tmp_path, Path("records"), invocation="snakemake --profile x")
+    written = identity(job / "STATUS.json")
+    assert json.loads((job / "STATUS.json").read_text())["continue"] == "snakemake --profile x rl-swe/DONE"
+    write_views(tmp_path, Path("records"), invocation="snakemake --profile x")
+    assert identity(job / "STATUS.json") == written  # unchanged: not rewritten
 
 
 def test_the_invocation_is_read_from_the_command_line() -> None:
@@ -110,28 +117,32 @@ def test_the_invocation_is_read_from_the_command_line() -> None:
 
 
 def test_status_of_a_job_folder_that_did_not_change_is_not_rebuilt(tmp_path: Path, monkeypatch) -> None:
-    import rlkeep.report as report
+    import rlkeep.campaign.views as views
 
     job, _ = job_folder(tmp_path)
+    status_file = job / "STATUS.json"
     built = []
-    real_build_status = report.build_status
-    monkeypatch.setattr(report, "build_status", lambda *a, **k: built.append(a[0].name) or real_build_status(*a, **k))
+    real_build_status = views.build_status
+    monkeypatch.setattr(views, "build_status", lambda *a, **k: built.append(a[0].name) or real_build_status(*a, **k))
 
-    def refresh(invocation: str = "snakemake --profile x") -> list[Path]:
+    def refresh(invocation: str = "snakemake --profile x") -> bool:
+        """Whether STATUS.json was rewritten."""
         built.clear()
-        return write_status_for_jobs(tmp_path, Path("records"), invocation)
+        before = identity(status_file)
+        write_views(tmp_path, Path("records"), invocation=invocation)
+        return identity(status_file) != before
 
-    assert refresh() == [job / "STATUS.json"] and built == ["rl-swe"]
-    assert refresh() == [] and built == []               # nothing changed: not even read again
+    assert refresh() and built == ["rl-swe"]
+    assert not refresh() and built == []               # nothing changed: not even read again
     (job / "verify").mkdir(exist_ok=True)
     (job / "verify" / "archive.json").write_text(json.dumps({"status": "completed"}))
-    assert refresh() == [job / "STATUS.json"] and built == ["rl-swe"]
-    assert json.loads((job / "STATUS.json").read_text())["steps"]["verify_archive"]["status"] == "completed"
-    assert refresh() == [] and built == []
+    assert refresh() and built == ["rl-swe"]
+    assert json.loads(status_file.read_text())["steps"]["verify_archive"]["status"] == "completed"
+    assert not refresh() and built == []
     # another invocation names other continue commands; a removed STATUS.json or memo is made again
-    assert refresh("snakemake --profile y") == [job / "STATUS.json"]
-    (job / "STATUS.json").unlink()
-    assert refresh("snakemake --profile y") == [job / "STATUS.json"]
-    (job / ".work" / "status_fingerprint").write_text("garbled")
-    refresh("snakemake --profile y")
+    assert refresh("snakemake --profile y")
+    status_file.unlink()
+    assert refresh("snakemake --profile y")
+    (job / ".work" / "views.json").write_text("garbled")
+    assert not refresh("snakemake --profile y")  # read again, found equal: not rewritten
     assert built == ["rl-swe"]

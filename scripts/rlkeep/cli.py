@@ -17,6 +17,7 @@ DEV_PACKAGE = "rlkeep_dev"
 # command -> (module, function, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "step": ("rlkeep.step_cli", "cli_main", "run one pipeline step by hand: RULE --job J (scripts/steps/RULE.py)"),
+    "campaign": ("rlkeep.campaign.writer", "cli_main", "write STATUS.json and the campaign pages (as every invocation ends)"),
     "validate-record": ("rlkeep.records", "cli_main", "validate records/<job>.yaml files"),
     "redact": ("rlkeep.redaction", "cli_main", "redact credential-shaped text in place (--check: only report)"),
     "check-publication": ("rlkeep.hub", "check_publication_main", "check a downloaded model repo is publishable"),

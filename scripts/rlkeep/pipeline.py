@@ -136,11 +136,6 @@ PIPELINE: tuple[Step, ...] = (
 STEPS: tuple[Step, ...] = tuple(step for step in PIPELINE if step.evidence is not None)
 STEP_BY_NAME: dict[str, Step] = {step.name: step for step in PIPELINE}
 
-# Rules that run no package step: `campaign` has its own adapter (scripts/steps/campaign.py, no
-# job wildcard), `all` is the default target. Their SLURM sizes are here so the profile has them.
-OTHER_RULE_RESOURCES: dict[str, dict[str, int]] = {"campaign": {"mem_mb": 1000, "runtime": 15}}
-
-
 # When an edge "<rule> if <condition>" exists: the record's `publish` section (rules/common.smk's
 # get_publish_model_inputs, get_publish_traces_inputs, get_link_model_card_inputs).
 CONDITIONS: dict[str, Callable[[Mapping[str, Any] | None], bool]] = {
@@ -204,5 +199,4 @@ def slurm_threads() -> dict[str, int]:
 
 def slurm_resources() -> dict[str, dict[str, int]]:
     """set-resources of the SLURM profile: memory (MB) and wall time (minutes) of every rule."""
-    sized = {step.name: {"mem_mb": step.mem_mb, "runtime": step.runtime} for step in PIPELINE}
-    return {**sized, **OTHER_RULE_RESOURCES}
+    return {step.name: {"mem_mb": step.mem_mb, "runtime": step.runtime} for step in PIPELINE}

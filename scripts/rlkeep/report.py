@@ -12,13 +12,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlkeep.errors import RlkeepError
-from rlkeep.folderstate import code_digest, job_fingerprint, refresh_lock
 from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
 from rlkeep.logfacts import remembered
 from rlkeep.metrics import skipped_lines_markdown, without_metrics_markdown
 from rlkeep.pipeline import STEP_BY_NAME, STEPS, Step, kind_has, verify_sentinels
-from rlkeep.records import JobRecord, load_record
+from rlkeep.records import JobRecord
 from rlkeep.stepstate import collect_steps
 from rlkeep.tracker import tracker_of
 
@@ -361,16 +359,6 @@ def build_status(job_dir: Path, kind: str | None = None, *, record: JobRecord | 
     }
 
 
-def _record_of(record_file: Path) -> JobRecord | None:
-    """The job's record; None when it cannot be read: STATUS.json is then written with every step
-    of the default kind, and the record's own error stops the run."""
-
-    try:
-        return load_record(record_file)
-    except RlkeepError:
-        return None
-
-
 def invocation_from_argv(argv: list[str]) -> str:
     """`snakemake [--snakefile F] --profile P` as this run was invoked (default profile: iris)."""
     import shlex
@@ -389,59 +377,3 @@ def invocation_from_argv(argv: list[str]) -> str:
         parts += ["--snakefile", snakefile]
     parts += ["--profile", value("--profile") or "iris"]
     return shlex.join(parts)
-
-
-# STATUS.json is not made from itself; `.work/` holds what rlkeep derives (rlkeep.folderstate)
-STATUS_FINGERPRINT_SKIPS = frozenset({".work", "STATUS.json"})
-
-
-def _remember_fingerprint(memo: Path, fingerprint: str) -> None:
-    """Best effort: without the memo, STATUS.json is only rebuilt and compared again next time."""
-    try:
-        atomic_write_bytes(memo, fingerprint.encode("ascii"))
-    except OSError:
-        pass
-
-
-def write_status_for_jobs(data_root: Path, records_dir: Path, invocation: str | None = None) -> list[Path]:
-    """STATUS.json for every job with a record and a job folder (called after every run)."""
-    import sys
-
-    invocation = invocation or invocation_from_argv(sys.argv)
-    written = []
-    records_dir = records_dir if records_dir.is_absolute() else data_root / records_dir
-    if not records_dir.is_dir():
-        return written
-    settings = {"code": code_digest(), "invocation": invocation}
-    for record_file in sorted(records_dir.glob("*.yaml")):
-        job_dir = data_root / record_file.stem
-        if not job_dir.is_dir():
-            continue
-        with refresh_lock(job_dir / ".work" / "status.lock"):
-            if _refresh_status(record_file, job_dir, settings):
-                written.append(job_dir / "STATUS.json")
-    return written
-
-
-def _refresh_status(record_file: Path, job_dir: Path, settings: dict[str, str]) -> bool:
-    """Write the job's STATUS.json when what it is made of changed; True when it was written."""
-    previous = job_dir / "STATUS.json"
-    # Nothing STATUS.json is made of changed since it was last written: leave it (rlkeep.folderstate)
-    fingerprint = job_fingerprint(record_file, job_dir, settings, skip_at_top=STATUS_FINGERPRINT_SKIPS)
-    memo = job_dir / ".work" / "status_fingerprint"
-    try:
-        if previous.is_file() and memo.read_text() == fingerprint:
-            return False
-    except OSError:
-        pass
-    status = build_status(job_dir, record=_record_of(record_file), invocation=settings["invocation"])
-    unchanged = False
-    if previous.is_file():
-        try:
-            unchanged = {k: v for k, v in read_json(previous).items() if k != "written_at"} == status
-        except (ValueError, OSError):
-            pass
-    if not unchanged:
-        write_json(previous, {**status, "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-    _remember_fingerprint(memo, fingerprint)
-    return not unchanged

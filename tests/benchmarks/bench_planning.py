@@ -40,6 +40,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -261,7 +262,9 @@ def measure(work: Path, n_jobs: int, quick: bool) -> dict:
         for index in range(1, count):
             clone_completed_job(done, SEED, f"plan-{index:03d}")
         if count > 1:  # the campaign pages list every record: make them once for the clones (untimed)
-            timed_snakemake(done, "campaign/index.html")
+            invocation = shlex.join(["snakemake", *snakemake_command()[3:7]])  # as invocation_from_argv reads it
+            subprocess.run([sys.executable, "-m", "rlkeep", "campaign", "--data-root", str(done),
+                            "--invocation", invocation], check=True, capture_output=True)
         # the campaign target (settled jobs left out, rlkeep.settled), then every DONE named, which
         # has Snakemake judge every job of every record
         jobs = [SEED] + [f"plan-{index:03d}" for index in range(1, count)]

@@ -9,7 +9,8 @@ the run figures as PNG data URIs and the campaign's overlay plot as inline SVG.
 The parts, one job each: `views` (what is read for each record, no HTML), `digest` (what the index
 compares across runs, and the one function that gives a run's state and step cells), `markup` (the
 HTML both pages share; every value goes through `esc`), `plots` (the overlay SVG), `index_page`,
-`summary` (the run page's card), `run_page`, `writer`. The names below
+`summary` (the run page's card), `chain_figure` (the chain's SVG), `run_page`, `writer` (the one
+writer of the pages and STATUS.json). The names below
 are the package's public surface (`from rlkeep.campaign import ...`).
 """
 from rlkeep.campaign.digest import rule_as_written, run_digest, run_state
@@ -51,7 +52,7 @@ from rlkeep.campaign.views import (
     overall_state,
     storage_bytes,
 )
-from rlkeep.campaign.writer import write_campaign
+from rlkeep.campaign.writer import render_index, render_run, write_views
 
 __all__ = [
     "CSS", "DEFAULT_HUB", "FIGURE_ALT", "SCRIPT", "STEP_STATES", "RunView", "archive_summary", "attempt_timeline",
@@ -59,5 +60,5 @@ __all__ = [
     "generation_html", "hub_url", "human_bytes", "index_entry", "index_from_entries", "index_html", "links_html",
     "load_campaign", "load_run", "metric_panels", "overall_state", "overlay_svg", "page", "rule_as_written",
     "run_digest", "run_html", "run_row", "run_state", "state_badge", "step_strip", "storage_bytes", "summary_card",
-    "table", "write_campaign",
+    "render_index", "render_run", "table", "write_views",
 ]

@@ -5,6 +5,7 @@ written into HTML goes through `esc`.
 from __future__ import annotations
 
 import html
+import re
 from typing import Any
 
 STEP_STATES = ("completed", "blocked", "pending", "not_applicable")
@@ -158,6 +159,15 @@ def step_strip(job: str, cells: list[tuple[str, str, str]]) -> str:
     flush()
     summary = ", ".join(f"{count} {state.replace('_', ' ')}" for state, count in counts.items())
     return f"<div class=\"strip\"><span class=\"vh\">steps: {esc(summary)}</span>{''.join(parts)}</div>"
+
+
+# the one part of a page that changes when nothing it shows did: when it was made (`page`)
+MADE_AT = re.compile(r"<footer>Made [^ <]* by ")
+
+
+def without_made_at(html: str) -> str:
+    """The page less the time in its footer: what two renders of an unchanged run share."""
+    return MADE_AT.sub("<footer>Made by ", html, count=1)
 
 
 def page(title: str, body: str, *, generated_at: str, revision: str, script: str = "") -> str:

@@ -19,7 +19,7 @@ from rlkeep.campaign.digest import run_state
 from rlkeep.campaign.markup import STEP_STATES, esc, folded, page, state_badge, step_strip, table
 from rlkeep.campaign.summary import summary_card
 from rlkeep.campaign.views import RunView
-from rlkeep.chain_figure import timeline_svg
+from rlkeep.campaign.chain_figure import timeline_svg
 from rlkeep.jsonio import read_json, write_json
 from rlkeep.run_report import Section, batch_error_sections, panels, sections, vllm_sections
 

@@ -78,10 +78,12 @@ def load_run(data_root: Path, record_file: Path, invocation: str = "snakemake --
         "archive_manifest": _read_text(job_dir / "archive" / "MANIFEST"),
         "verify": {p.stem: _json_or_none(p) for p in sorted((job_dir / "verify").glob("*.json"))},
         "figures": sorted(str(p.relative_to(job_dir)) for p in (job_dir / "metrics").glob("*.png")),
-        "local": sorted(str(p.relative_to(job_dir)) for pattern in
-                        ("REPORT.md", "STATUS.json", "DONE", "chain.json", "metrics/report.md", "metrics/trials.md",
-                         "metrics/generation.md", "metrics/metrics.csv", "archive/MANIFEST")
-                        for p in job_dir.glob(pattern) if p.is_file()),
+        # STATUS.json is written with the page (rlkeep.campaign.writer): there for every started job
+        "local": sorted([*(str(p.relative_to(job_dir)) for pattern in
+                           ("REPORT.md", "DONE", "chain.json", "metrics/report.md", "metrics/trials.md",
+                            "metrics/generation.md", "metrics/metrics.csv", "archive/MANIFEST")
+                           for p in job_dir.glob(pattern) if p.is_file()),
+                         *(["STATUS.json"] if started else [])]),
     }
     files["metric_rows"], files["trial_rows"], files["table_errors"] = _tables(job_dir)
     files["generation"] = _generation_tables(job_dir, files["table_errors"])

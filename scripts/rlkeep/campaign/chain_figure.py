@@ -8,11 +8,11 @@ so an Iris chain is drawn in chain order on an axis that says so, never on inven
 """
 from __future__ import annotations
 
-import html
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from rlkeep.campaign.markup import esc
 
 STATE_COLOURS = {
     "succeeded": "#2e7d32", "completed": "#2e7d32", "failed": "#c62828", "worker_failed": "#c62828",
@@ -79,10 +79,10 @@ def timeline_svg(rows: Sequence[Mapping[str, Any]]) -> tuple[str, str] | None:
         name = f"#{row['n']} {row.get('id')}" if row.get("n") is not None else str(row.get("id"))
         text = lane_label(row) + (f", {end_text}" if end_text else "")
         parts.append(
-            f'<text x="{LABEL_PX - 6}" y="{top + 15}" text-anchor="end">{_esc(name)}</text>'
+            f'<text x="{LABEL_PX - 6}" y="{top + 15}" text-anchor="end">{esc(name)}</text>'
             f'<rect x="{left:.1f}" y="{top + 3}" width="{width:.1f}" height="16" fill="{colour}" stroke="#222" '
             f'stroke-width="0.6"{look}/>'
-            f'<text x="{left + width + 4:.1f}" y="{top + 15}">{_esc(text)}</text>')
+            f'<text x="{left + width + 4:.1f}" y="{top + 15}">{esc(text)}</text>')
     bottom = 8 + len(rows) * LANE_PX
     if timed:
         axis = (f'<text x="{LABEL_PX}" y="{bottom + 16}">{_utc(low)}</text>'
@@ -93,16 +93,12 @@ def timeline_svg(rows: Sequence[Mapping[str, Any]]) -> tuple[str, str] | None:
                 'scheduler reported no submitted/started/finished times</text>')
     width_px, height_px = LABEL_PX + PLOT_PX + TEXT_PX, bottom + 40
     svg = (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width_px} {height_px}" width="{width_px}" '
-           f'style="max-width:100%;height:auto" role="img" aria-label="{_esc(alt)}" font-size="11" '
+           f'style="max-width:100%;height:auto" role="img" aria-label="{esc(alt)}" font-size="11" '
            'font-family="sans-serif">'
-           f'<title>{_esc(alt)}</title>'
+           f'<title>{esc(alt)}</title>'
            f'<line x1="{LABEL_PX}" y1="{bottom}" x2="{LABEL_PX + PLOT_PX}" y2="{bottom}" stroke="#888"/>'
            + "".join(parts) + axis + "</svg>")
     return alt, svg
-
-
-def _esc(text: str) -> str:
-    return html.escape(text, quote=True)
 
 
 def _utc(seconds: float) -> str:
