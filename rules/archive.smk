@@ -13,6 +13,10 @@ rule archive:
         "{job}/logs/archive.log",
     conda:
         RLKEEP_ENV
+    threads: 2
+    resources:
+        mem_mb=4000,
+        runtime=240,
     params:
         settings=get_archive_settings,
     script:
@@ -32,6 +36,8 @@ rule verify_archive:
     conda:
         RLKEEP_ENV
     resources:
+        mem_mb=2000,
+        runtime=240,
         net_io=1,
     params:
         settings=get_archive_transfer_settings,
@@ -53,6 +59,8 @@ rule rehearse_restore:
     conda:
         RLKEEP_ENV
     resources:
+        mem_mb=2000,
+        runtime=240,
         net_io=1,
     script:
         "../scripts/steps/rehearse_restore.py"
@@ -73,6 +81,8 @@ rule restore:
     conda:
         RLKEEP_ENV
     resources:
+        mem_mb=2000,
+        runtime=240,
         net_io=1,
     script:
         "../scripts/steps/restore.py"
@@ -92,6 +102,9 @@ rule register:
         "{job}/logs/register.log",
     conda:
         RLKEEP_ENV
+    resources:
+        mem_mb=1000,
+        runtime=15,
     params:
         settings=get_register_settings,
     script:
@@ -112,6 +125,8 @@ rule reclaim:
     conda:
         RLKEEP_ENV
     resources:
+        mem_mb=2000,
+        runtime=240,
         net_io=1,
     params:
         settings=get_reclaim_settings,

@@ -12,6 +12,9 @@ rule capture_chain:
         "{job}/logs/capture_chain.log",
     conda:
         RLKEEP_ENV
+    resources:
+        mem_mb=1000,
+        runtime=15,
     params:
         settings=get_chain_settings,
     script:
@@ -27,5 +30,8 @@ rule stop_retries:
         "{job}/logs/stop_retries.log",
     conda:
         RLKEEP_ENV
+    resources:
+        mem_mb=1000,
+        runtime=15,
     script:
         "../scripts/steps/stop_retries.py"

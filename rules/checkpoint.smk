@@ -15,6 +15,8 @@ rule list_checkpoints:
     conda:
         RLKEEP_ENV
     resources:
+        mem_mb=1000,
+        runtime=30,
         net_io=1,
     script:
         "../scripts/steps/list_checkpoints.py"
@@ -51,6 +53,9 @@ rule metric_surface:
         "{job}/logs/metric_surface.log",
     conda:
         RLKEEP_ENV
+    resources:
+        mem_mb=4000,
+        runtime=60,
     script:
         "../scripts/steps/metric_surface.py"
 
@@ -79,6 +84,9 @@ rule trial_table:
         "{job}/logs/trial_table.log",
     conda:
         RLKEEP_ENV
+    resources:
+        mem_mb=4000,
+        runtime=120,
     script:
         "../scripts/steps/trial_table.py"
 
@@ -93,6 +101,9 @@ rule select_checkpoint:
         "{job}/logs/select_checkpoint.log",
     conda:
         RLKEEP_ENV
+    resources:
+        mem_mb=1000,
+        runtime=15,
     params:
         settings=get_selection_settings,
     script:

@@ -13,7 +13,10 @@ rule export_model:
         "{job}/logs/export_model.log",
     conda:
         RLKEEP_ENV
+    threads: 2
     resources:
+        mem_mb=16000,
+        runtime=240,
         net_io=1,
     script:
         "../scripts/steps/export_model.py"

@@ -25,5 +25,8 @@ rule generation_stats:
         "{job}/logs/generation_stats.log",
     conda:
         RLKEEP_ENV
+    resources:
+        mem_mb=2000,
+        runtime=60,
     script:
         "../scripts/steps/generation_stats.py"

@@ -29,6 +29,9 @@ rule stage_model:
         "{job}/logs/stage_model.log",
     conda:
         RLKEEP_ENV
+    resources:
+        mem_mb=4000,
+        runtime=120,
     params:
         settings=get_publish_settings,
     script:
@@ -45,6 +48,8 @@ rule publish_model:
     conda:
         RLKEEP_ENV
     resources:
+        mem_mb=4000,
+        runtime=480,
         net_io=1,
     params:
         settings=get_publish_settings,
@@ -65,6 +70,10 @@ rule stage_traces:
         "{job}/logs/stage_traces.log",
     conda:
         RLKEEP_ENV
+    threads: 2
+    resources:
+        mem_mb=8000,
+        runtime=240,
     params:
         settings=get_trace_settings,
     script:
@@ -81,6 +90,8 @@ rule publish_traces:
     conda:
         RLKEEP_ENV
     resources:
+        mem_mb=4000,
+        runtime=240,
         net_io=1,
     params:
         settings=get_publish_settings,
@@ -102,6 +113,8 @@ rule link_model_card:
     conda:
         RLKEEP_ENV
     resources:
+        mem_mb=4000,
+        runtime=240,
         net_io=1,
     params:
         settings=get_publish_settings,

@@ -18,6 +18,9 @@ rule done:
         "{job}/logs/done.log",
     conda:
         RLKEEP_ENV
+    resources:
+        mem_mb=1000,
+        runtime=15,
     params:
         settings=get_record_digest,
     script:

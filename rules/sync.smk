@@ -14,6 +14,8 @@ rule sync_logs:
     conda:
         RLKEEP_ENV
     resources:
+        mem_mb=4000,
+        runtime=120,
         net_io=1,
     params:
         settings=get_sync_settings("logs"),
@@ -31,7 +33,10 @@ rule sync_traces:
         "{job}/logs/sync_traces.log",
     conda:
         RLKEEP_ENV
+    threads: 2
     resources:
+        mem_mb=4000,
+        runtime=480,
         net_io=1,
     params:
         settings=get_sync_settings("traces"),

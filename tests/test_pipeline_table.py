@@ -19,7 +19,7 @@ import yaml
 
 from rlkeep.errors import RlkeepError
 from rlkeep.kinds import KINDS
-from rlkeep.pipeline import PIPELINE, STEPS, slurm_resources, slurm_threads, step_for_rule
+from rlkeep.pipeline import PIPELINE, STEPS, step_for_rule
 from rlkeep.records import load_record
 from rlkeep.step_cli import ADAPTERS, adapter_reference, load_function, rule_for_target
 from rlkeep.steps import StepContext, is_authorized
@@ -120,29 +120,6 @@ def test_a_step_process_imports_only_what_its_step_uses(rule: str) -> None:
     module, _, name = adapter_reference(rule).partition(":")
     loaded = heavy_modules_after(f"import rlkeep.steps\nfrom {module} import {name}")
     assert loaded == []
-
-
-def test_the_slurm_profile_sizes_every_rule_as_the_table_does() -> None:
-    profile = yaml.safe_load((REPO / "profiles" / "slurm" / "profile.yaml").read_text())
-    assert profile["set-resources"] == slurm_resources()
-    assert profile["set-threads"] == slurm_threads()
-
-
-def test_installed_slurm_profile_fills_rules_the_file_does_not_size_from_the_table(tmp_path: Path,
-                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    import rlkeep.profiles as profiles
-
-    fake_repo = tmp_path / "repo"
-    (fake_repo / "profiles" / "slurm").mkdir(parents=True)
-    (fake_repo / "Snakefile").write_text("")
-    (fake_repo / "profiles" / "slurm" / "profile.yaml").write_text(
-        "executor: slurm\nset-resources:\n  export_model: {mem_mb: 64000, runtime: 600}\n")
-    monkeypatch.setattr(profiles, "project_root", lambda: fake_repo)
-    written = yaml.safe_load(profiles.install_profiles(["slurm"], tmp_path / "out")[0].read_text())
-    assert written["set-resources"]["export_model"] == {"mem_mb": 64000, "runtime": 600}  # the operator's edit wins
-    assert written["set-resources"]["sync_traces"] == slurm_resources()["sync_traces"]
-    assert set(written["set-resources"]) == set(slurm_resources())
-    assert written["set-threads"] == slurm_threads()
 
 
 def context(tmp_path: Path, config: dict) -> StepContext:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -50,11 +51,12 @@ def slurm_arguments(cluster: SlurmCluster) -> tuple[str, ...]:
 
 
 def slurm_jobs(cluster: SlurmCluster) -> list[dict[str, str]]:
-    """Every job the cluster still remembers: id, name, state, comment (the rule, per the plugin)."""
-    result = subprocess.run(["squeue", "--states=all", "--noheader", "--format=%i|%j|%T|%k"],
+    """Every job the cluster still remembers: id, name, state, memory, time limit, cpus and comment
+    (the rule, per the plugin)."""
+    result = subprocess.run(["squeue", "--states=all", "--noheader", "--format=%i|%j|%T|%m|%l|%C|%k"],
                             capture_output=True, text=True, env={**os.environ, **cluster.env()}, check=True)
-    rows = [line.split("|", 3) for line in result.stdout.splitlines() if line.strip()]
-    return [{"id": row[0], "name": row[1], "state": row[2], "comment": row[3]} for row in rows]
+    rows = [line.split("|", 6) for line in result.stdout.splitlines() if line.strip()]
+    return [dict(zip(("id", "name", "state", "memory", "time_limit", "cpus", "comment"), row)) for row in rows]
 
 
 def rule_names() -> set[str]:
@@ -63,13 +65,26 @@ def rule_names() -> set[str]:
     return {line.strip() for line in result.stdout.splitlines() if line.strip()}
 
 
+def declared_resources() -> dict[str, dict[str, str]]:
+    """Each rule's `resources:` as the Snakefile and rules/*.smk declare them (name -> value as written)."""
+    found = {}
+    for smk in [REPO / "Snakefile", *sorted((REPO / "rules").glob("*.smk"))]:
+        for block in re.split(r"(?m)^(?=rule \w+:)", smk.read_text()):
+            rule = re.match(r"rule (\w+):", block)
+            section = re.search(r"(?m)^    resources:\n((?:        .*\n)+)", block)
+            if rule:
+                found[rule.group(1)] = dict(re.findall(r"(\w+)=([^,\s]+)", section.group(1))) if section else {}
+    return found
+
+
 def test_every_rule_declares_memory_and_time_for_slurm() -> None:
+    declared = declared_resources()
+    assert set(declared) == rule_names()
+    unsized = sorted(rule for rule, resources in declared.items()
+                     if rule != "all" and not {"mem_mb", "runtime"} <= set(resources))
+    assert unsized == [], f"rules without mem_mb/runtime in rules/*.smk: {unsized}"
     profile = yaml.safe_load(PROFILE.read_text())
-    per_rule = profile["set-resources"]
-    unsized = sorted(rule_names() - set(per_rule) - {"all"})
-    assert unsized == [], f"rules without mem_mb/runtime in {PROFILE}: {unsized}"
-    for rule, resources in per_rule.items():
-        assert {"mem_mb", "runtime"} <= set(resources), rule
+    assert "set-resources" not in profile and "set-threads" not in profile  # the rules' own sizes apply
     assert profile["resources"]["net_io"] >= 1 and profile["set-resource-scopes"]["net_io"] == "global"
     assert "config" not in profile  # a profile never grants authority
 
@@ -97,6 +112,9 @@ def test_example_job_runs_to_done_through_slurm(data_root: Path, bucket: str, ir
     assert len(ours) >= len(submitted) >= 8, (ours, submitted)
     assert local <= {"all", "capture_chain", "stop_retries", "select_checkpoint", "register", "done"}, local
     assert {job["state"] for job in ours} == {"COMPLETED"}
+    # each job asked SLURM for what its rule declares (rules/export.smk: 2 threads, 16000 MB, 240 min)
+    export = [job for job in ours if "export_model" in job["comment"] + job["name"]]
+    assert [(job["memory"], job["time_limit"], job["cpus"]) for job in export] == [("16000M", "4:00:00", "2")], ours
     assert "has been submitted with SLURM jobid" in log
     slurm_logs = list((data_root / ".snakemake" / "slurm_logs").rglob("*.log"))
     assert any("rule_export_model" in str(path) for path in slurm_logs), slurm_logs

@@ -1,7 +1,8 @@
-"""The step table: every rule that runs a package function, for which run kinds, what proves it,
-and what it needs from a cluster. What a rule runs is not here: each rule names its adapter,
+"""The step table: every rule that runs a package function, for which run kinds and what proves it.
+What a rule runs and what it needs from a cluster are not here: each rule names its adapter,
 `scripts/steps/<rule>.py`, which imports the function (`rlkeep step <rule>` reads it there,
-rlkeep.step_cli); tests/test_pipeline_table.py checks that every row has its rule and adapter.
+rlkeep.step_cli) and declares its `threads` and `resources` (mem_mb, runtime in minutes), which
+the SLURM executor reads; tests/test_pipeline_table.py checks that every row has its rule and adapter.
 
 Everything else reads this table rather than restating it:
 - STEPS (the rows with `evidence`): the steps DONE, STATUS.json, REPORT.md and the campaign page
@@ -11,10 +12,7 @@ Everything else reads this table rather than restating it:
 - `verify`: the verify/<name>.json sentinels reclamation waits on (verify_sentinels);
 - `after`: the step graph (which rules' outputs each rule takes), from which STATUS.json names the
   failed ancestor holding back a step that has not run (rlkeep.stepstate); the rules' inputs are the
-  graph Snakemake runs, and tests/test_step_graph.py keeps the two equal;
-- `threads`, `mem_mb`, `runtime`: profiles/slurm/profile.yaml's set-threads and set-resources
-  (tests/test_pipeline_table.py keeps the two equal; `rlkeep install-profiles` sizes a rule the
-  file does not name from this table).
+  graph Snakemake runs, and tests/test_step_graph.py keeps the two equal.
 
 This module imports no step module and no heavy library: planning and every step process import it.
 """
@@ -36,9 +34,6 @@ TRACE_PUBLISHING = frozenset({"rl", "datagen"})  # kinds that can publish a trac
 class Step:
     name: str  # the Snakemake rule (rules/*.smk), its adapter scripts/steps/<name>.py, the step in DONE
     kinds: frozenset[str]  # the run kinds (rlkeep.kinds) it applies to
-    mem_mb: int  # SLURM memory and wall time (minutes), sized for an 8B run with a few hundred
-    runtime: int  # thousand trace objects; memory is bounded by rlkeep's streaming, not run size
-    threads: int = 1  # a second core for hashing, compression or tensor copies (SLURM cpus-per-task)
     # the file (relative to <job>/) whose status DONE reports; None: a helper rule (staging, DONE itself)
     evidence: str | None = None
     verify: str | None = None  # writes verify/<verify>.json, a sentinel reclamation waits on
@@ -53,84 +48,84 @@ class Step:
 
 
 PIPELINE: tuple[Step, ...] = (
-    Step("capture_chain", ALL_KINDS, 1000, 15, evidence="chain.json",
+    Step("capture_chain", ALL_KINDS, evidence="chain.json",
          remaining="make the Iris chain readable (iris on PATH, cluster reachable) and rerun"),
-    Step("stop_retries", ALL_KINDS, 1000, 15, evidence="retries.json",
+    Step("stop_retries", ALL_KINDS, evidence="retries.json",
          remaining="stop the run's pending retries, then rerun",
          after=("capture_chain",)),
-    Step("sync_logs", ALL_KINDS, 4000, 120, evidence="sync/logs.manifest.json",
+    Step("sync_logs", ALL_KINDS, evidence="sync/logs.manifest.json",
          remaining="make every attempt's trainer log readable, then rerun",
          after=("capture_chain", "stop_retries")),
-    Step("sync_traces", TRACE_KINDS, 4000, 480, threads=2,
+    Step("sync_traces", TRACE_KINDS,
          evidence="sync/trace_jobs.manifest.json",
          remaining="fix the trace prefix or the skip policy named in the log, then rerun",
          after=("stop_retries",)),
-    Step("list_checkpoints", RL, 1000, 30,
+    Step("list_checkpoints", RL,
          evidence="checkpoint/candidates.json",
          remaining="make the store's ckpts/ and exports/ listable, then rerun",
          after=("capture_chain", "stop_retries")),
-    Step("metric_surface", RL, 4000, 60, evidence="metrics/metrics.csv",
+    Step("metric_surface", RL, evidence="metrics/metrics.csv",
          remaining="correct the trainer log named in the log where the run keeps it (the store's logs/ or the "
                    "scheduler), then rerun: the command copies the logs again",
          forcerun=("sync_logs",), after=("sync_logs", "list_checkpoints")),
-    Step("trial_table", RL, 4000, 120, evidence="metrics/trials.csv",
+    Step("trial_table", RL, evidence="metrics/trials.csv",
          remaining="correct the trace object named in the log in the store, then rerun: the command copies the "
                    "traces again",
          forcerun=("sync_traces",), after=("sync_traces",)),
-    Step("generation_stats", RL, 2000, 60,
+    Step("generation_stats", RL,
          evidence="metrics/generation.md",
          remaining="correct the log named in the log where the run keeps it, then rerun: the command copies the "
                    "logs again",
          forcerun=("sync_logs",), after=("sync_logs",)),
-    Step("select_checkpoint", RL, 1000, 15,
+    Step("select_checkpoint", RL,
          evidence="checkpoint/selected.json",
          remaining="declare checkpoint.rule in the record (ema_max, latest or step) from the listed candidates, "
                    "then rerun",
          after=("list_checkpoints", "metric_surface")),
-    Step("export_model", RL, 16000, 240, threads=2, evidence="export.json",
+    Step("export_model", RL, evidence="export.json",
          remaining="consolidate the selected checkpoint as the log says (an export job for Megatron), then rerun",
          after=("list_checkpoints", "select_checkpoint")),
-    Step("stage_model", RL, 4000, 120,
+    Step("stage_model", RL,
          after=("capture_chain", "sync_logs", "metric_surface", "select_checkpoint", "export_model")),
-    Step("publish_model", RL, 4000, 480, evidence="verify/model_upload.json",
+    Step("publish_model", RL, evidence="verify/model_upload.json",
          verify="model_upload",
          remaining="fix the publication problem named in the log (staging is kept), then rerun: the upload resumes",
          after=("stage_model if publish", "capture_chain if no publish")),
-    Step("stage_traces", TRACE_PUBLISHING, 8000, 240, threads=2,
+    Step("stage_traces", TRACE_PUBLISHING,
          after=("sync_traces",)),
-    Step("publish_traces", TRACE_PUBLISHING, 4000, 240, evidence="verify/traces.json",
+    Step("publish_traces", TRACE_PUBLISHING, evidence="verify/traces.json",
          verify="traces",
          remaining="fix the trace dataset problem named in the log (coverage, Hub), then rerun",
          after=("stage_traces if publish", "capture_chain if no publish")),
-    Step("link_model_card", RL, 4000, 240,
+    Step("link_model_card", RL,
          evidence="verify/model.json", verify="model",
          remaining="fix the card problem named in the log, then rerun: the link is one commit that changes "
                    "README.md only",
          after=("publish_model", "stage_model if publish", "publish_traces if publish.traces")),
-    Step("register", RL, 1000, 15, evidence="register.json",
+    Step("register", RL, evidence="register.json",
          remaining="resolve the registry problem named in the log, then rerun",
          after=("publish_traces", "link_model_card")),
-    Step("archive", ALL_KINDS, 4000, 240, threads=2, evidence="archive/MANIFEST",
+    Step("archive", ALL_KINDS, evidence="archive/MANIFEST",
          remaining="fix the archive problem named in the log, then rerun",
          after=("capture_chain", "stop_retries", "sync_logs", "sync_traces")),
-    Step("verify_archive", ALL_KINDS, 2000, 240,
+    Step("verify_archive", ALL_KINDS,
          evidence="verify/archive.json",
          verify="archive", remaining="make archive.dest reachable or fix the mismatch named in the log, then rerun",
          after=("archive",)),
-    Step("rehearse_restore", ALL_KINDS, 2000, 240,
+    Step("rehearse_restore", ALL_KINDS,
          evidence="verify/restore.json", verify="restore",
          remaining="the restore rehearsal names a changed or missing archive member: rerun, and the command "
                    "builds and uploads the archive again",
          forcerun=("archive",),
          after=("capture_chain", "stop_retries", "sync_logs", "sync_traces", "metric_surface", "trial_table",
                 "archive", "verify_archive")),
-    Step("reclaim", ALL_KINDS, 2000, 240, evidence="reclaim.json",
+    Step("reclaim", ALL_KINDS, evidence="reclaim.json",
          remaining="rerun with --config reclaim_authorized=<job> once every verification passed",
          after=("sync_logs", "sync_traces", "publish_model", "publish_traces", "link_model_card", "archive",
                 "verify_archive", "rehearse_restore")),
-    Step("done", ALL_KINDS, 1000, 15),
+    Step("done", ALL_KINDS),
     # on demand, not part of DONE: `<job>/restore/DONE`, the archive restored into <job>/restore/tree/
-    Step("restore", ALL_KINDS, 2000, 240, after=("archive", "verify_archive")),
+    Step("restore", ALL_KINDS, after=("archive", "verify_archive")),
 )
 
 STEPS: tuple[Step, ...] = tuple(step for step in PIPELINE if step.evidence is not None)
@@ -190,13 +185,3 @@ def verify_sentinels(kind: str) -> tuple[str, ...]:
 def evidence_of(job: str, kind: str) -> dict[str, str]:
     """Each step a run kind has, and the file DONE reads for it, relative to the data root."""
     return {step.name: f"{job}/{step.evidence}" for step in STEPS if kind in step.kinds}
-
-
-def slurm_threads() -> dict[str, int]:
-    """set-threads of the SLURM profile: the rules that use more than one core."""
-    return {step.name: step.threads for step in PIPELINE if step.threads > 1}
-
-
-def slurm_resources() -> dict[str, dict[str, int]]:
-    """set-resources of the SLURM profile: memory (MB) and wall time (minutes) of every rule."""
-    return {step.name: {"mem_mb": step.mem_mb, "runtime": step.runtime} for step in PIPELINE}
