@@ -4,6 +4,9 @@
 
 
 rule archive:
+    # why its inputs: logs.tar, the trace tarball (kinds with a trace tree),
+    # chain/retries/manifests; not the metric surface (a malformed trainer log must not block
+    # preservation).
     input:
         unpack(get_archive_inputs),
     output:
@@ -24,6 +27,7 @@ rule archive:
 
 
 rule verify_archive:
+    # why its inputs: the archive and its MANIFEST.
     input:
         # ancient: a real archive is over Snakemake's 1 MB checksum limit, so a skewed clock would redo
         # a finished upload by its time alone; a rebuilt archive still reruns this (its MANIFEST changes)
@@ -50,6 +54,9 @@ rule verify_archive:
 
 
 rule rehearse_restore:
+    # why its inputs: verify/archive.json (where the verified copy is) + the archive's own inputs
+    # (what it is compared with) + metrics.csv and trials.csv when the kind has them (the run's
+    # tools must agree on the restored tree).
     input:
         unpack(get_rehearse_restore_inputs),
     output:
@@ -71,6 +78,8 @@ rule rehearse_restore:
 
 
 rule restore:
+    # why its inputs: verify/archive.json + MANIFEST: on demand only (<job>/restore/DONE), never in
+    # DONE.
     input:
         archive="{job}/verify/archive.json",
         manifest="{job}/archive/MANIFEST",
@@ -93,6 +102,8 @@ rule restore:
 
 
 rule register:
+    # why its inputs: verify/model.json + verify/traces.json: only verified destinations are
+    # registered.
     input:
         model="{job}/verify/model.json",
         traces="{job}/verify/traces.json",
@@ -116,6 +127,8 @@ rule register:
 
 
 rule reclaim:
+    # why its inputs: every verify sentinel of the kind (verify/restore.json included) + the sync
+    # manifests: delete only what is preserved and was restored in rehearsal.
     input:
         unpack(get_reclaim_inputs),
     output:

@@ -6,6 +6,7 @@
 
 
 rule capture_chain:
+    # why its inputs: record only: the chain is read first (runbook step 1).
     output:
         chain="{job}/chain.json",
     log:
@@ -22,6 +23,7 @@ rule capture_chain:
 
 
 rule stop_retries:
+    # why its inputs: chain.json: only exact pending retries of the captured chain are stopped.
     input:
         chain=get_chain_input,
     output:

@@ -5,6 +5,7 @@
 
 
 rule list_checkpoints:
+    # why its inputs: retries.json: checkpoint folders are mutable until the retries are stopped.
     input:
         retries="{job}/retries.json",
         chain=get_chain_input,
@@ -23,6 +24,8 @@ rule list_checkpoints:
 
 
 rule metric_surface:
+    # why its inputs: logs.tar (trainer logs) + logs.manifest.json (attempt states of dead attempts)
+    # + candidates.json (marked in report.md and reward.png). Never the trace tarball.
     input:
         logs="{job}/sync/logs.tar",
         logs_manifest="{job}/sync/logs.manifest.json",
@@ -65,6 +68,7 @@ rule metric_surface:
 
 
 rule trial_table:
+    # why its inputs: trace_jobs.tar only: trials.csv and trials.md, off the model path.
     input:
         traces="{job}/sync/trace_jobs.tar",
     output:
@@ -92,6 +96,7 @@ rule trial_table:
 
 
 rule select_checkpoint:
+    # why its inputs: candidates.json (complete saves only) + metrics.csv (the rule's metric).
     input:
         candidates="{job}/checkpoint/candidates.json",
         metrics="{job}/metrics/metrics.csv",

@@ -27,40 +27,9 @@ from rlkeep.steps import is_authorized
 ##### why each edge exists #####
 # An input is declared only where a step reads what another step writes, or where the runbook
 # orders two steps (so a failure blocks only what truly depends on it; the profile keeps going).
-#   capture_chain      record only: the chain is read first (runbook step 1).
-#   stop_retries       chain.json: only exact pending retries of the captured chain are stopped.
-#   sync_logs          chain.json: attempt slugs, SLURM StdOut paths, each attempt's state for the manifest;
-#                      retries.json: no retry may still write while its logs are read.
-#   sync_traces        retries.json: a pending retry would still write trials. Nothing waits on it but the
-#                      trace side (trial_table, stage_traces), the archive, reclaim and DONE.
-#   list_checkpoints   retries.json: checkpoint folders are mutable until the retries are stopped.
-#   metric_surface     logs.tar (trainer logs) + logs.manifest.json (attempt states of dead attempts)
-#                      + candidates.json (marked in report.md and reward.png). Never the trace tarball.
-#   trial_table        trace_jobs.tar only: trials.csv and trials.md, off the model path.
-#   generation_stats   logs.tar only: vLLM utilisation and batch errors for the report, off the model path.
-#   select_checkpoint  candidates.json (complete saves only) + metrics.csv (the rule's metric).
-#   export_model       selected.json + candidates.json (the chosen save's files and format).
-#   stage_model        the verified export, selected.json, the surface files and logs.tar for training_logs/,
-#                      chain.json for the card; no trace artifact (rules/publish.smk).
-#   publish_model      the staged tree and its redaction report; when the record names a trace dataset, the
-#                      card's Training Traces link waits on verify/traces.json (runbook: verify the traces
-#                      before reporting their destination; rules/publish.smk).
-#   stage_traces       trace_jobs.tar + manifest (objects_skipped is inspected before export).
-#   publish_traces     the staged trace tree.
-#   register           verify/model.json + verify/traces.json: only verified destinations are registered.
-#   archive            logs.tar, the trace tarball (kinds with a trace tree), chain/retries/manifests; not
-#                      the metric surface (a malformed trainer log must not block preservation).
-#   verify_archive     the archive and its MANIFEST.
-#   rehearse_restore   verify/archive.json (where the verified copy is) + the archive's own inputs (what it
-#                      is compared with) + metrics.csv and trials.csv when the kind has them (the run's tools
-#                      must agree on the restored tree).
-#   reclaim            every verify sentinel of the kind (verify/restore.json included) + the sync
-#                      manifests: delete only what is preserved and was restored in rehearsal.
-#   restore            verify/archive.json + MANIFEST: on demand only (<job>/restore/DONE), never in DONE.
-#   done               every step's evidence (rlkeep.pipeline.STEPS): DONE is the proof that all passed;
-#                      STATUS.json (written at the end of every invocation) is the record when something is blocked.
-# rlkeep.pipeline's `after` column restates these edges for STATUS.json's causes; an edge added or
-# removed here fails tests/test_step_graph.py until the column says the same.
+# Each rule says why it takes each of its inputs in a comment at its top. rlkeep.pipeline's `after`
+# column restates these edges for STATUS.json's causes; an edge added or removed in a rule fails
+# tests/test_step_graph.py until the column says the same.
 
 
 ##### config #####

@@ -3,6 +3,7 @@
 
 
 rule export_model:
+    # why its inputs: selected.json + candidates.json (the chosen save's files and format).
     input:
         selected="{job}/checkpoint/selected.json",
         candidates="{job}/checkpoint/candidates.json",

@@ -4,6 +4,8 @@
 
 
 rule generation_stats:
+    # why its inputs: logs.tar only: vLLM utilisation and batch errors for the report, off the model
+    # path.
     input:
         logs="{job}/sync/logs.tar",
     output:

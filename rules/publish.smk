@@ -11,6 +11,8 @@
 
 
 rule stage_model:
+    # why its inputs: the verified export, selected.json, the surface files and logs.tar for
+    # training_logs/, chain.json for the card; no trace artifact.
     input:
         model="{job}/model",
         export="{job}/export.json",
@@ -39,6 +41,9 @@ rule stage_model:
 
 
 rule publish_model:
+    # why its inputs: the staged tree and its redaction report; when the record names a trace
+    # dataset, the card's Training Traces link waits on verify/traces.json (runbook: verify the
+    # traces before reporting their destination).
     input:
         unpack(get_publish_model_inputs),
     output:
@@ -61,6 +66,7 @@ rule publish_model:
 
 
 rule stage_traces:
+    # why its inputs: trace_jobs.tar + manifest (objects_skipped is inspected before export).
     input:
         tar="{job}/sync/trace_jobs.tar",
         manifest="{job}/sync/trace_jobs.manifest.json",
@@ -81,6 +87,7 @@ rule stage_traces:
 
 
 rule publish_traces:
+    # why its inputs: the staged trace tree.
     input:
         unpack(get_publish_traces_inputs),
     output:
@@ -104,6 +111,8 @@ rule publish_traces:
 
 
 rule link_model_card:
+    # why its inputs: the uploaded model (verify/model_upload.json) and its staging; verify/traces.json
+    # when the record names publish.traces: the card links only a verified trace dataset.
     input:
         unpack(get_link_model_card_inputs),
     output:

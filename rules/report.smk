@@ -4,6 +4,9 @@
 
 
 rule done:
+    # why its inputs: every step's evidence (rlkeep.pipeline.STEPS): DONE is the proof that all
+    # passed; STATUS.json (written at the end of every invocation) is the record when something is
+    # blocked.
     input:
         unpack(get_done_inputs),
     output:

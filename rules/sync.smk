@@ -3,6 +3,8 @@
 
 
 rule sync_logs:
+    # why its inputs: chain.json: attempt slugs, SLURM StdOut paths, each attempt's state for the
+    # manifest; retries.json: no retry may still write while its logs are read.
     input:
         chain=get_chain_input,
         retries="{job}/retries.json",
@@ -24,6 +26,8 @@ rule sync_logs:
 
 
 rule sync_traces:
+    # why its inputs: retries.json: a pending retry would still write trials. Nothing waits on it
+    # but the trace side (trial_table, stage_traces), the archive, reclaim and DONE.
     input:
         retries="{job}/retries.json",
     output:

@@ -1,5 +1,5 @@
-"""rlkeep.pipeline, the one step table: every rule has its row and its own adapter, which alone names its function;
-the SLURM profile's sizes are the table's; one authorization answer for the Snakefile and the steps;
+"""rlkeep.pipeline, the one step table: every rule has its row and its own adapter, which alone names its function,
+and says why it takes its inputs; one authorization answer for the Snakefile and the steps;
 and a data root made by the revision before the table (rules named their function in `params: run=`)
 plans "Nothing to be done" after the one-time migration README describes (`--touch`).
 """
@@ -44,6 +44,16 @@ def rule_scripts() -> dict[str, str]:
         for match in re.finditer(r"^rule (\w+):\n(?:(?!^rule ).*\n)*?    script:\n\s+\"([^\"]+)\"", smk.read_text(), re.M):
             scripts[match.group(1)] = match.group(2)
     return scripts
+
+
+def test_each_rule_says_why_it_takes_its_inputs_and_the_snakefile_names_each_rule_file() -> None:
+    """A rule's reasons sit at its top; the Snakefile's map names every rules file, and only those."""
+    for smk in (REPO / "rules").glob("*.smk"):
+        for block in re.split(r"(?m)^(?=rule \w+:)", smk.read_text())[1:]:
+            assert re.match(r"rule \w+:\n    # why its inputs: ", block), (smk.name, block[:80])
+    header = (REPO / "Snakefile").read_text().split("from snakemake", 1)[0]
+    named = set(re.findall(r"rules/\w+\.smk", header))
+    assert named == {f"rules/{path.name}" for path in (REPO / "rules").glob("*.smk")}
 
 
 def test_every_rule_has_one_row_and_runs_its_own_adapter() -> None:
