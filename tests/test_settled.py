@@ -92,6 +92,21 @@ def test_any_forcing_setting_means_full_planning() -> None:
     for key, value in [("forceall", True), ("forcetargets", True), ("forcerun", frozenset({"register"})),
                        ("until", frozenset({"archive"})), ("omit_from", frozenset({"reclaim"}))]:
         assert planning_is_forced(SimpleNamespace(**{**quiet, key: value})), key
+    # a Snakemake without one of these settings: planning judges every job rather than guess
+    for key in quiet:
+        assert planning_is_forced(SimpleNamespace(**{k: v for k, v in quiet.items() if k != key})), key
+    assert planning_is_forced(None)
+
+
+def test_the_forcing_settings_are_those_of_the_installed_snakemake() -> None:
+    from dataclasses import fields
+
+    from snakemake.settings.types import DAGSettings
+
+    from rlkeep.settled import FORCING_SETTINGS
+
+    assert set(FORCING_SETTINGS) <= {field.name for field in fields(DAGSettings)}
+    assert not planning_is_forced(DAGSettings())
 
 
 def test_the_evidence_of_a_kind_is_what_done_waits_on() -> None:

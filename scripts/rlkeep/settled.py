@@ -123,8 +123,16 @@ def named_in_config(config: Mapping[str, Any], job: str) -> bool:
     return any(is_authorized(config, key, job) for key in config)
 
 
+# The settings of Snakemake's DAGSettings (snakemake.settings.types, the dataclass its API takes)
+# that ask for more than its own rerun rules. Read from the workflow object the Snakefile is given:
+# no public accessor exists, so a Snakemake that renames or drops one is taken to force planning,
+# which only costs time (Snakemake judges every job), never a job left out.
+FORCING_SETTINGS = ("forceall", "forcetargets", "forcerun", "until", "omit_from")
+
+
 def planning_is_forced(dag_settings: Any) -> bool:
-    """Snakemake's DAG settings ask for more than its own rerun rules: plan every job fully."""
-    return bool(getattr(dag_settings, "forceall", False) or getattr(dag_settings, "forcetargets", False)
-                or getattr(dag_settings, "forcerun", None) or getattr(dag_settings, "until", None)
-                or getattr(dag_settings, "omit_from", None))
+    """Snakemake's DAG settings ask for more than its own rerun rules (or cannot be read): plan
+    every job fully."""
+    missing = object()
+    values = [getattr(dag_settings, name, missing) for name in FORCING_SETTINGS]
+    return any(value is missing or bool(value) for value in values)
