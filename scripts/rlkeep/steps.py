@@ -21,13 +21,15 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from rlkeep.diskspace import is_no_space, no_space_message
 from rlkeep.errors import RlkeepError, StepTerminated, TransientError
 from rlkeep.records import JobRecord, load_record, record_path
-from rlkeep.regions import Region, compare
 from rlkeep.waits import seconds_from_env
+
+if TYPE_CHECKING:  # regions imports the storage layer (boto3), which only transfer steps need
+    from rlkeep.regions import Region
 
 log = logging.getLogger("rlkeep")
 
@@ -314,6 +316,8 @@ def check_transfer(ctx: StepContext, *, nbytes: int, what: str, source: Region |
     evidence for the step's sentinel: the regions compared and their sources, and whether the
     allowance was used.
     """
+    from rlkeep.regions import Region, compare
+
     source = source or Region(None, "not looked up for this transfer")
     dest = dest or Region(None, "not looked up for this transfer")
     crossing = compare(source, dest)
