@@ -28,15 +28,16 @@ def seed(tmp_path: Path, data_root: Path, job: str) -> Path:
     return run.root
 
 
-def assert_views_are_a_fresh_render(data_root: Path) -> None:
+def assert_views_are_a_fresh_render(data_root: Path, endpoint: str | None = None) -> None:
     """Every STATUS.json, page, the index and refused.json as render_run/render_index give them now
-    (less the time each was made), and nothing else under campaign/."""
+    (less the time each was made), and nothing else under campaign/. `endpoint`: the HF_ENDPOINT the
+    pipeline ran with (default: this process's)."""
     campaign = data_root / "campaign"
     entries = {}
     for record_file in sorted((data_root / "records").glob("*.yaml")):
         job = record_file.stem
         status, page, entries[job] = render_run(data_root, record_file, invocation=INVOCATION,
-                                                endpoint=os.environ.get("HF_ENDPOINT"), generated_at="now",
+                                                endpoint=endpoint or os.environ.get("HF_ENDPOINT"), generated_at="now",
                                                 revision=rlkeep_revision())
         assert without_made_at((campaign / f"{job}.html").read_text()) == without_made_at(page), job
         if (data_root / job).is_dir():

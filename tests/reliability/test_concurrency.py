@@ -15,6 +15,7 @@ from tests.reliability.support import (
     stable_done, tar_digests, wait_for,
 )
 from tests.support.hub import hub_server  # noqa: F401 - fixture
+from tests.test_views import assert_views_are_a_fresh_render
 
 OTHER = "rl-demo-b"
 
@@ -83,3 +84,5 @@ def test_two_jobs_run_at_once_and_a_second_run_of_the_same_job_is_refused(data_r
     assert {f["path"]: f["sha256"] for f in read_json(first.job_dir / "export.json")["files"]} == reference.export_files
     registrations = {read_json(s.job_dir / "register.json")["model"] for s in (first, second)}
     assert registrations == {f"demo/{JOB}", f"demo/{OTHER}"}
+    # three invocations ended at different times, each refreshing every run's views: the last state stands
+    assert_views_are_a_fresh_render(data_root, endpoint=env.get("HF_ENDPOINT"))
