@@ -209,7 +209,7 @@ def main() -> int:
     print("rlkeep / peer per round (< 1: rlkeep faster):", file=sys.stderr)
     for name, ratio in result["ratios"].items():
         print(f"  {name:18s} min {ratio['min']:.2f}  median {ratio['median']:.2f}  max {ratio['max']:.2f}", file=sys.stderr)
-    print(json.dumps({"bench": "sync", **figures}))
+    print(json.dumps({"bench": "sync_command" if args.command else "sync", **figures}))
     return 0
 
 

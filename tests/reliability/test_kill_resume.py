@@ -28,6 +28,7 @@ from tests.reliability.support import (
 )
 from tests.support.faultproxy import FaultProxy
 from tests.support.hub import hub_server  # noqa: F401 - fixture
+from tests.test_views import assert_views_are_a_fresh_render
 
 MIN_KILLS = 20
 SOAK_TRIALS = 300  # the example's default size
@@ -301,6 +302,8 @@ def assert_ends_like_a_clean_run(scenario: Scenario, reference: Reference) -> No
     assert reclaim["deleted_keys"] == len(reference.store_keys)
     assert reclaim["deleted_bytes"] == sum(reference.store_keys.values())
     assert json.loads((job_dir / "DONE").read_text())["remaining_work"] == []
+    # STATUS.json and the pages as a fresh render gives them, whatever the kills left
+    assert_views_are_a_fresh_render(scenario.data_root, endpoint=scenario.env().get("HF_ENDPOINT"))
 
 
 def test_twenty_kills_and_resumes_end_like_a_clean_run(data_root: Path, bucket: str, iris, hub_server, s3_server,
