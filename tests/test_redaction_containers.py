@@ -32,6 +32,7 @@ from rlkeep.errors import RlkeepError
 from rlkeep.redaction import NO_TEXT_KINDS, Redactor, available_engines, credential_variable_names, redact_tar, redact_tree
 from rlkeep.redaction.containers import Walker
 from rlkeep.redaction.streams import MIN_JUDGED
+from tests.support.memory import own_peak_script
 from tests.support.secrets_corpus import Planted, plant
 from tests.support.zipcrypto import encrypted_zip
 
@@ -41,18 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 # `rlkeep redact` run in this interpreter, reporting the peak RSS of its own address space (VmHWM)
 # at exit. Not the child's ru_maxrss: Linux carries the forking process's peak over exec, and an
 # xdist worker is several hundred MB by the time it starts the child.
-PEAK_OF_OWN_MEMORY = """
-import atexit, runpy, sys
-out = sys.argv.pop(1)
-def report():
-    with open("/proc/self/status") as status:
-        peak = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
-    with open(out, "w") as handle:
-        handle.write(peak)
-atexit.register(report)
-sys.argv = ["rlkeep", *sys.argv[1:]]
-runpy.run_module("rlkeep", run_name="__main__")
-"""
+PEAK_OF_OWN_MEMORY = own_peak_script("rlkeep")
 
 
 def run_cli(args: list[str]) -> tuple[subprocess.CompletedProcess[str], int]:

@@ -25,22 +25,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peers  # noqa: E402
 
 REPO = peers.REPO
+sys.path.insert(0, str(REPO))
+from tests.support.memory import own_peak_script  # noqa: E402
 PREFIX = "iris/bench/trace_jobs"
 
 # Snakemake run so that its own peak (VmHWM) is written at exit: wait4's peak is the largest of
 # Snakemake and every job process it waited for (the sync step's own process among them)
-SNAKEMAKE_OWN_PEAK = r"""
-import atexit, runpy, sys
-out = sys.argv.pop(1)
-def report():
-    with open("/proc/self/status") as status:
-        peak = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
-    with open(out, "w") as handle:
-        handle.write(peak)
-atexit.register(report)  # registered before the Snakefile's own handlers: runs after them
-sys.argv = ["snakemake", *sys.argv[1:]]
-runpy.run_module("snakemake", run_name="__main__")
-"""
+SNAKEMAKE_OWN_PEAK = own_peak_script("snakemake")
 
 RLKEEP_CHILD = r"""
 import json, sys, time
