@@ -14,6 +14,10 @@ from rlkeep.errors import RecordError
 from rlkeep.jsonio import key_sorted
 from rlkeep.pipeline import evidence_of, kind_has, verify_sentinels
 from rlkeep.records import load_record, record_path
+from rlkeep.snakemake_process import (
+    exit_without_final_collection,
+    params_check_without_pandas_import,
+)
 from rlkeep.settled import (
     admitted_jobs,
     named_in_config,
@@ -420,6 +424,12 @@ def write_views():
             file=sys.stderr,
         )
 
+
+##### the Snakemake process's own cost (rlkeep.snakemake_process) #####
+
+params_check_without_pandas_import()
+# registered before write_views, so it runs after it (exit handlers run last-registered first)
+exit_without_final_collection()
 
 # Only Snakemake's own process (not a job it runs elsewhere), and only in a data root.
 if workflow.is_main_process and (DATA_ROOT / RECORDS_DIR).is_dir():

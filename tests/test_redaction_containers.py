@@ -32,7 +32,7 @@ from rlkeep.errors import RlkeepError
 from rlkeep.redaction import NO_TEXT_KINDS, Redactor, available_engines, credential_variable_names, redact_tar, redact_tree
 from rlkeep.redaction.containers import Walker
 from rlkeep.redaction.streams import MIN_JUDGED
-from tests.support.memory import own_peak_script
+from tests.support.memory import exit_facts, exit_facts_script
 from tests.support.secrets_corpus import Planted, plant
 from tests.support.zipcrypto import encrypted_zip
 
@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 # `rlkeep redact` run in this interpreter, reporting the peak RSS of its own address space (VmHWM)
 # at exit. Not the child's ru_maxrss: Linux carries the forking process's peak over exec, and an
 # xdist worker is several hundred MB by the time it starts the child.
-PEAK_OF_OWN_MEMORY = own_peak_script("rlkeep")
+PEAK_OF_OWN_MEMORY = exit_facts_script("rlkeep")
 
 
 def run_cli(args: list[str]) -> tuple[subprocess.CompletedProcess[str], int]:
@@ -52,7 +52,7 @@ def run_cli(args: list[str]) -> tuple[subprocess.CompletedProcess[str], int]:
         peak_file = Path(scratch) / "peak"
         result = subprocess.run([sys.executable, "-c", PEAK_OF_OWN_MEMORY, str(peak_file), "redact", *args],
                                 capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
-        return result, int(peak_file.read_text())
+        return result, exit_facts(peak_file)["peak_kb"]
 
 
 class Creds:

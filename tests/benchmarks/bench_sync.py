@@ -26,12 +26,12 @@ import peers  # noqa: E402
 
 REPO = peers.REPO
 sys.path.insert(0, str(REPO))
-from tests.support.memory import own_peak_script  # noqa: E402
+from tests.support.memory import exit_facts, exit_facts_script  # noqa: E402
 PREFIX = "iris/bench/trace_jobs"
 
 # Snakemake run so that its own peak (VmHWM) is written at exit: wait4's peak is the largest of
 # Snakemake and every job process it waited for (the sync step's own process among them)
-SNAKEMAKE_OWN_PEAK = own_peak_script("snakemake")
+SNAKEMAKE_OWN_PEAK = exit_facts_script("snakemake")
 
 RLKEEP_CHILD = r"""
 import json, sys, time
@@ -138,7 +138,7 @@ def main() -> int:
                 raise RuntimeError(f"the command synced {manifest['objects_synced']} of {count} objects")
             shutil.rmtree(data_root, ignore_errors=True)  # after timing: the next run takes a new name
             return {"seconds": timed.seconds, "maxrss_mb": round(timed.maxrss_mb, 1),
-                    "snakemake_own_peak_mb": round(int(peak_file.read_text()) / 1024, 1)}
+                    "snakemake_own_peak_mb": round(exit_facts(peak_file)["peak_kb"] / 1024, 1)}
 
         def then_tar(fetch: peers.Timed) -> dict[str, Any]:
             packed = peers.run_timed(["tar", "-cf", str(tarball), "-C", str(mirror), "."])

@@ -1,0 +1,61 @@
+"""Two costs of the Snakemake process that rlkeep takes off without changing what Snakemake decides.
+
+Measured on the demo's no-op (`snakemake --profile local rl-demo/DONE` over a finished run, Snakemake
+9.27, no SLURM plugin; tests/benchmarks/bench_invocation.py): 2.0-2.5 s and 175 MB, of which
+
+- 0.4 s and about 68 MB are pandas (with numpy and pyarrow): to compare a job's params with the
+  ones it ran with, Snakemake's `PersistenceBase._serialize_param` picks a pandas-aware serializer
+  whenever pandas is *installed*, and that serializer imports it. rlkeep's params are plain values
+  and pandas is installed for the steps, so every invocation paid for an import it never used. A
+  value can only be a pandas object if pandas was imported already, so asking `sys.modules` gives
+  the same serialization for every value (an upstream fix to propose);
+- 0.4 s after the last exit handler: the interpreter's final garbage collection walks every object
+  of the heap Snakemake built, to free memory the operating system reclaims at exit anyway.
+  `gc.freeze()` in the last exit handler that runs leaves those objects out of it; files, logs
+  and locks are closed by their own handlers (logging.shutdown, Snakemake's) as before.
+
+Each patch checks the shape it replaces and does nothing when a Snakemake release changed it
+(tests/test_snakemake_process.py fails then, so the cost comes back visibly, never silently wrong).
+"""
+from __future__ import annotations
+
+import atexit
+import gc
+import sys
+from collections.abc import Callable
+from typing import Any
+
+
+def serializer_for_loaded_modules(persistence: Any) -> Callable[[Any], Any]:
+    """Snakemake's pandas-aware serializer once pandas is loaded, its builtin one before."""
+    if "pandas" in sys.modules:
+        return persistence._serialize_param_pandas
+    return persistence._serialize_param_builtin
+
+
+def params_check_without_pandas_import() -> bool:
+    """Replace Snakemake's choice of params serializer by `serializer_for_loaded_modules`.
+    False (and nothing changed) when this Snakemake has no such choice to replace."""
+    try:
+        from snakemake.persistence import PersistenceBase
+    except ImportError:
+        return False
+    chosen = PersistenceBase.__dict__.get("_serialize_param")
+    if not isinstance(chosen, property) or not all(
+        hasattr(PersistenceBase, name)
+        for name in ("_serialize_param_pandas", "_serialize_param_builtin")
+    ):
+        return False
+    PersistenceBase._serialize_param = property(serializer_for_loaded_modules)
+    return True
+
+
+def skip_final_collection() -> None:
+    """Leave every object alive now out of the interpreter's last garbage collection."""
+    gc.freeze()
+
+
+def exit_without_final_collection() -> None:
+    """Register `skip_final_collection` to run after the exit handlers registered later, before
+    those registered earlier (exit handlers run last-registered first)."""
+    atexit.register(skip_final_collection)
