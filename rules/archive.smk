@@ -16,8 +16,8 @@ rule archive:
         "{job}/logs/archive.log",
     conda:
         RLKEEP_ENV
-    threads: 2
     resources:
+        cpus_per_task=2,
         mem_mb=4000,
         runtime=240,
     params:

@@ -54,6 +54,12 @@ wildcard_constraints:
     job=JOB_PATTERN.pattern,
 
 
+# Sizes: each rule's `resources:` say what it needs on a cluster (mem_mb, runtime in minutes, and
+# cpus_per_task where a step uses two CPUs: the SLURM plugin asks for them). No rule declares
+# `threads:`: no step reads a thread count, and two of a 2-core machine's cores held by one step
+# kept the network-bound steps of a local run from overlapping (issue 33: a slower demo).
+
+
 # Trivial steps, and those needing the host's iris CLI or registry credentials, stay on the host
 # when an executor (e.g. SLURM) runs the rest.
 localrules:

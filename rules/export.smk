@@ -14,8 +14,8 @@ rule export_model:
         "{job}/logs/export_model.log",
     conda:
         RLKEEP_ENV
-    threads: 2
     resources:
+        cpus_per_task=2,
         mem_mb=16000,
         runtime=240,
         net_io=1,

@@ -76,8 +76,8 @@ rule stage_traces:
         "{job}/logs/stage_traces.log",
     conda:
         RLKEEP_ENV
-    threads: 2
     resources:
+        cpus_per_task=2,
         mem_mb=8000,
         runtime=240,
     params:

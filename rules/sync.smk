@@ -37,8 +37,8 @@ rule sync_traces:
         "{job}/logs/sync_traces.log",
     conda:
         RLKEEP_ENV
-    threads: 2
     resources:
+        cpus_per_task=2,
         mem_mb=4000,
         runtime=480,
         net_io=1,

@@ -83,6 +83,10 @@ def test_every_rule_declares_memory_and_time_for_slurm() -> None:
     unsized = sorted(rule for rule, resources in declared.items()
                      if rule != "all" and not {"mem_mb", "runtime"} <= set(resources))
     assert unsized == [], f"rules without mem_mb/runtime in rules/*.smk: {unsized}"
+    # CPUs only as a cluster request: a rule's `threads:` would hold cores of a local run
+    assert not [smk.name for smk in (REPO / "rules").glob("*.smk") if re.search(r"(?m)^    threads:", smk.read_text())]
+    assert {rule for rule, resources in declared.items() if resources.get("cpus_per_task") == "2"} == {
+        "sync_traces", "archive", "export_model", "stage_traces"}
     profile = yaml.safe_load(PROFILE.read_text())
     assert "set-resources" not in profile and "set-threads" not in profile  # the rules' own sizes apply
     assert profile["resources"]["net_io"] >= 1 and profile["set-resource-scopes"]["net_io"] == "global"
@@ -112,7 +116,7 @@ def test_example_job_runs_to_done_through_slurm(data_root: Path, bucket: str, ir
     assert len(ours) >= len(submitted) >= 8, (ours, submitted)
     assert local <= {"all", "capture_chain", "stop_retries", "select_checkpoint", "register", "done"}, local
     assert {job["state"] for job in ours} == {"COMPLETED"}
-    # each job asked SLURM for what its rule declares (rules/export.smk: 2 threads, 16000 MB, 240 min)
+    # each job asked SLURM for what its rule declares (rules/export.smk: cpus_per_task=2, 16000 MB, 240 min)
     export = [job for job in ours if "export_model" in job["comment"] + job["name"]]
     assert [(job["memory"], job["time_limit"], job["cpus"]) for job in export] == [("16000M", "4:00:00", "2")], ours
     assert "has been submitted with SLURM jobid" in log

@@ -1,7 +1,7 @@
 """The step table: every rule that runs a package function, for which run kinds and what proves it.
 What a rule runs and what it needs from a cluster are not here: each rule names its adapter,
 `scripts/steps/<rule>.py`, which imports the function (`rlkeep step <rule>` reads it there,
-rlkeep.step_cli) and declares its `threads` and `resources` (mem_mb, runtime in minutes), which
+rlkeep.step_cli) and declares its `resources` (mem_mb, runtime in minutes, cpus_per_task), which
 the SLURM executor reads; tests/test_pipeline_table.py checks that every row has its rule and adapter.
 
 Everything else reads this table rather than restating it:
