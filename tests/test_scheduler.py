@@ -269,6 +269,19 @@ def test_a_cancel_that_returns_early_is_polled_within_a_bound(tmp_path, monkeypa
         stop_pending_retries(cli, chain_entries(cli), wait_s=0.2, poll_s=0.01)
 
 
+    # the pauses between looks start short and double up to poll_s: a cancel that lands after a
+    # few looks is seen in well under one poll_s, and a slow one is not asked more than each poll_s
+    import rlkeep.scheduler.iris as iris_module
+
+    pauses: list[float] = []
+    monkeypatch.setattr(iris_module.time, "sleep", pauses.append)
+    standin.write_state(standard_state())
+    monkeypatch.setenv("IRIS_STANDIN_CANCEL_LAG", "8")
+    stopped = stop_pending_retries(cli, chain_entries(cli), wait_s=600, poll_s=2.0)
+    assert stopped[0]["state_after"] == "killed"
+    assert pauses[:6] == [0.1, 0.2, 0.4, 0.8, 1.6, 2.0] and set(pauses[6:]) <= {2.0}, pauses
+
+
 # --------------------------------------------------------------------------- unrecorded attempts
 
 

@@ -22,20 +22,25 @@ from rlkeep.steps import StepContext, sentinel
 from rlkeep.storage import open_store
 
 STOP_WAIT_S = 120.0  # after a stop/cancel that may return early: how long the state is polled
-STOP_POLL_S = 2.0
+STOP_POLL_S = 2.0  # the longest pause between two looks; the first is FIRST_POLL_S, each doubles
+FIRST_POLL_S = 0.1  # a cancel that ends the job within a second is seen within one
 
 
 def _wait_until_ended(iris: IrisCli, job_id: str, wait_s: float, poll_s: float) -> dict[str, Any]:
-    """Poll the state after a stop/cancel that may return before the job ended (bounded)."""
+    """Poll the state after a stop/cancel that may return before the job ended (bounded); the pauses
+    grow from FIRST_POLL_S to poll_s."""
     deadline = time.monotonic() + wait_s
+    pause = min(FIRST_POLL_S, poll_s)
     while True:
         after = iris.entry(job_id)
         if after["state"] in TERMINAL_STATES or after["state"] == GONE:
             return after
-        if time.monotonic() >= deadline:
+        left = deadline - time.monotonic()
+        if left <= 0:
             raise SchedulerError(f"iris job {iris.forms.stop[0] if iris.forms.stop else 'stop'} {job_id}: the job is "
                                  f"still {after['state']} {wait_s:g}s afterwards (RLKEEP_IRIS_STOP_WAIT_S)")
-        time.sleep(poll_s)
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, poll_s)
 
 
 def children_in_the_way(iris: IrisCli, pending: list[str]) -> dict[str, list[tuple[str, str]]]:
