@@ -1,4 +1,4 @@
-"""Large uploads to an s3:// store: a file above MULTIPART_BYTES goes in parts of that size, and
+"""Uploads to an s3:// store: a small file in one PUT; a file above MULTIPART_BYTES goes in parts of that size, and
 the parts an interrupted upload of the same key left behind are aborted before and after (they
 are invisible, but stored and billed). Never another key's uploads.
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from rlkeep.errors import StoreError
 from rlkeep.storage.client import s3_client
@@ -30,19 +30,27 @@ def put_file(store: S3Store, key: str, path: Path) -> ObjectInfo:
     config = TransferConfig(multipart_threshold=MULTIPART_BYTES, multipart_chunksize=MULTIPART_BYTES,
                             max_concurrency=4)
     in_parts = path.stat().st_size >= MULTIPART_BYTES
-    if in_parts:
-        abort_unfinished_uploads(store, key)
+    if not in_parts:  # one request: a transfer manager (its threads, its futures) per small file cost more
+        with path.open("rb") as body:
+            store.call(f"{store.url_of(key)}: upload", lambda: _put_body(store, key, body))
+        return ObjectInfo(key=key, size=path.stat().st_size)
+    abort_unfinished_uploads(store, key)
     try:
         store.call(
             f"{store.url_of(key)}: upload",
             lambda: s3_client().upload_file(str(path), store.bucket, store.full_key(key), Config=config),
         )
     finally:
-        if in_parts:
-            abort_unfinished_uploads(store, key)
+        abort_unfinished_uploads(store, key)
     # Not a HEAD: a store with read-after-write lag may not show the object yet (verification
     # re-checks, within its bound); the store took the upload, so this is what it holds.
     return ObjectInfo(key=key, size=path.stat().st_size)
+
+
+def _put_body(store: S3Store, key: str, body: BinaryIO) -> None:
+    """One PUT of an open file, from its start each time (a retried call sends it whole again)."""
+    body.seek(0)
+    s3_client().put_object(Bucket=store.bucket, Key=store.full_key(key), Body=body)
 
 
 def unfinished_uploads(store: S3Store, key: str) -> list[str]:
