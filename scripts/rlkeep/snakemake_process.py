@@ -11,8 +11,10 @@ Measured on the demo's no-op (`snakemake --profile local rl-demo/DONE` over a fi
   the same serialization for every value (an upstream fix to propose);
 - 0.4 s after the last exit handler: the interpreter's final garbage collection walks every object
   of the heap Snakemake built, to free memory the operating system reclaims at exit anyway.
-  `gc.freeze()` in the last exit handler that runs leaves those objects out of it; files, logs
-  and locks are closed by their own handlers (logging.shutdown, Snakemake's) as before.
+  `gc.freeze()` in an exit handler that runs after rlkeep's views are written leaves those objects
+  out of it; files, logs and locks are closed by their own handlers (logging.shutdown, the
+  TemporaryDirectory finalizers) as before, which run after it. Python never promised `__del__` at
+  exit for objects still alive then.
 
 Each patch checks the shape it replaces and does nothing when a Snakemake release changed it
 (tests/test_snakemake_process.py fails then, so the cost comes back visibly, never silently wrong).
