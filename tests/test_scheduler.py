@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -274,7 +275,15 @@ def test_a_cancel_that_returns_early_is_polled_within_a_bound(tmp_path, monkeypa
     import rlkeep.scheduler.iris as iris_module
 
     pauses: list[float] = []
-    monkeypatch.setattr(iris_module.time, "sleep", pauses.append)
+    real_sleep = iris_module.time.sleep
+
+    def sleep(seconds: float) -> None:  # only the poll's pauses (subprocess waits sleep too)
+        if sys._getframe(1).f_code.co_name == "_wait_until_ended":
+            pauses.append(seconds)
+        else:
+            real_sleep(seconds)
+
+    monkeypatch.setattr(iris_module.time, "sleep", sleep)
     standin.write_state(standard_state())
     monkeypatch.setenv("IRIS_STANDIN_CANCEL_LAG", "8")
     stopped = stop_pending_retries(cli, chain_entries(cli), wait_s=600, poll_s=2.0)

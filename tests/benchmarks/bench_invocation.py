@@ -126,7 +126,8 @@ def main() -> int:
     peaks = {name: [run["snakemake_own_peak_mb"] for run in no_ops["runs"] if run["name"] == name]
              for name in checkouts}
     figures = {
-        "python": str(python), "slurm_plugin_left_out": args.python is None, "baseline": args.baseline,
+        "python": "this .venv without the SLURM plugin (bench cache)" if args.python is None else python.name,
+        "slurm_plugin_left_out": args.python is None, "baseline": args.baseline,
         "demo": {"ratio_vs": demos["ratios"], "seconds": demos["seconds"], "runs": demos["runs"]},
         "no_op": {"ratio_vs": no_ops["ratios"], "seconds": no_ops["seconds"],
                   "snakemake_own_peak_mb": {name: max(values) for name, values in peaks.items()},
