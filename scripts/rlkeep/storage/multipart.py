@@ -25,15 +25,14 @@ MULTIPART_BYTES = 64 << 20  # uploads above this go in parts of this size
 def put_file(store: S3Store, key: str, path: Path) -> ObjectInfo:
     """Upload one file (in parts above MULTIPART_BYTES), aborting this key's unfinished uploads
     before and after a multipart upload."""
+    if path.stat().st_size < MULTIPART_BYTES:  # one request: a transfer manager per small file cost more
+        with path.open("rb") as body:
+            store.call(f"{store.url_of(key)}: upload", lambda: _put_body(store, key, body))
+        return ObjectInfo(key=key, size=path.stat().st_size)
     from boto3.s3.transfer import TransferConfig
 
     config = TransferConfig(multipart_threshold=MULTIPART_BYTES, multipart_chunksize=MULTIPART_BYTES,
                             max_concurrency=4)
-    in_parts = path.stat().st_size >= MULTIPART_BYTES
-    if not in_parts:  # one request: a transfer manager (its threads, its futures) per small file cost more
-        with path.open("rb") as body:
-            store.call(f"{store.url_of(key)}: upload", lambda: _put_body(store, key, body))
-        return ObjectInfo(key=key, size=path.stat().st_size)
     abort_unfinished_uploads(store, key)
     try:
         store.call(
