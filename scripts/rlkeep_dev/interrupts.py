@@ -84,10 +84,19 @@ def stops_raise() -> Iterator[None]:
 def stops_deferred() -> Iterator[None]:
     """Inside stops_raise: a stop that comes in this block is raised as it ends. Around starting a
     service: a stop raised while its process is being spawned would leave it running, unknown to the
-    code that stops it."""
+    code that stops it.
+
+    A Ctrl-C can also reach the service itself: until the spawned child calls setsid it is still in
+    the terminal's process group, and Python's vfork path has already reset its handlers to the
+    default. It dies of the SIGINT and its start fails (seen in CI: `weed mini` exited with -2); that
+    failure is the stop's doing and is raised as the stop."""
     _DEFERRING.append(1)
     try:
         yield
+    except Exception as failure:
+        if len(_DEFERRING) == 1 and _PENDING:
+            raise Stopped(_PENDING.pop()) from failure
+        raise
     finally:
         _DEFERRING.pop()
     if not _DEFERRING and _PENDING:

@@ -356,3 +356,37 @@ def test_a_stop_after_the_step_finished_keeps_its_outputs_and_its_success(tmp_pa
         if child.poll() is None:
             child.kill()
     assert target.read_text() == "whole"
+
+
+SERVICE_STARTING = """
+import os, signal, subprocess, sys
+from rlkeep_dev.interrupts import Stopped, stops_deferred, stops_raise
+
+try:
+    with stops_raise():
+        with stops_deferred():
+            service = subprocess.Popen(["sleep", "60"], start_new_session=True)
+            if sys.argv[1] == "ctrl-c":
+                os.kill(os.getpid(), signal.SIGINT)  # the terminal's Ctrl-C to the demo ...
+                os.kill(service.pid, signal.SIGINT)  # ... which also reached the service as it was spawned
+            else:
+                service.kill()  # the service failed on its own
+            if service.wait() != 0:
+                raise RuntimeError(f"the service exited with {service.returncode}")
+except Stopped as stop:
+    print(f"stopped by {stop} after {type(stop.__cause__).__name__}: {stop.__cause__}")
+"""
+
+
+@pytest.mark.parametrize("cause", ["ctrl-c", "its own failure"])
+def test_a_service_killed_by_the_ctrl_c_that_came_while_it_started_is_a_stop(tmp_path: Path, cause: str) -> None:
+    """Seen in CI: Ctrl-C at the demo's seeding point also killed `weed mini` (SIGINT, -2) as it was
+    spawned, and the demo printed that failure's traceback and exit status 1 instead of stopping."""
+    ran = subprocess.run([sys.executable, "-c", SERVICE_STARTING, cause], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60, preexec_fn=default_signal_actions)
+    if cause == "ctrl-c":
+        assert ran.stdout == "stopped by SIGINT after RuntimeError: the service exited with -2\n", ran.stderr
+        assert ran.returncode == 0, ran.stderr
+    else:  # no stop came: the failure is the service's own and is shown as it is
+        assert ran.stdout == "" and ran.returncode == 1
+        assert "RuntimeError: the service exited with -9" in ran.stderr, ran.stderr
