@@ -155,3 +155,99 @@ def test_object_reads_are_signed_by_the_proven_signer_for_any_key(bucket: str) -
     assert {key: store.read_bytes(key) for key in contents} == contents
     fetched = list(fetch_in_order(store, list(store.list()), workers=2))
     assert {f.info.key: f.read() for f in fetched} == contents
+
+
+def _fresh_client(monkeypatch, tmp_path: Path, signature: str) -> None:
+    """The next s3_client() is built anew: presigning with SigV4 where AWS_CONFIG_FILE asks for s3v4,
+    else with botocore's default for a custom endpoint, SigV2."""
+    from rlkeep.storage import client as client_module, signer as signer_module
+
+    config = tmp_path / "aws-config"
+    config.write_text("[default]\n" + ("s3 =\n    signature_version = s3v4\n" if signature == "s3v4" else ""))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.setattr(client_module, "_clients", {})
+    monkeypatch.setattr(signer_module, "_signers", {})
+
+
+@pytest.mark.parametrize("signature", ["s3", "s3v4"], ids=["sigv2", "sigv4"])
+def test_small_uploads_are_presigned_puts_whose_md5_the_store_checks(
+        bucket: str, tmp_path: Path, monkeypatch, signature: str) -> None:
+    """Uploads below the multipart size go as PUTs presigned like botocore's own (the signer reproduced
+    botocore's presigned PUT), never through put_object; odd keys, an empty and a 1 MiB file arrive as they
+    are, with the ETag of their MD5; a body that is not what its signed Content-MD5 says is refused by the
+    store and nothing is stored."""
+    import base64
+    import io
+
+    from rlkeep.storage import s3_client, upload_tree
+    from rlkeep.storage.connection import connection_for
+    from rlkeep.storage.failures import HttpStatusError
+    from rlkeep.storage.signer import query_signer
+
+    _fresh_client(monkeypatch, tmp_path, signature)
+    client = s3_client()
+    signer = query_signer(client, bucket)
+    assert signer is not None and signer.version == (4 if signature == "s3v4" else 2) and "PUT" in signer.methods
+
+    def no_put_object(**kwargs):
+        raise AssertionError(f"put_object was called for {kwargs.get('Key')}")
+
+    monkeypatch.setattr(client, "put_object", no_put_object, raising=False)
+    contents = {"plain.json": b'{"a": 1}', "with space/a b.txt": os.urandom(77), "ünïcødé/ß.log": os.urandom(5),
+                "sym+bols=&;,@$!'()*/x~y.txt": os.urandom(300), "empty.bin": b"", "big.bin": os.urandom(1 << 20)}
+    source = tmp_path / "tree"
+    for key, data in contents.items():
+        (source / key).parent.mkdir(parents=True, exist_ok=True)
+        (source / key).write_bytes(data)
+    store = open_store(f"s3://{bucket}/put-{signature}")
+    assert upload_tree(source, store) == len(contents)
+    store.put_bytes("bytes/one.bin", b"put_bytes takes the same path")
+    contents["bytes/one.bin"] = b"put_bytes takes the same path"
+    assert {key: store.read_bytes(key) for key in contents} == contents
+    for key, data in contents.items():
+        assert store.head(key).etag == hashlib.md5(data).hexdigest(), key
+
+    hashed, sent = b"the bytes that were hashed", b"the bytes that went instead"
+    claimed = base64.b64encode(hashlib.md5(hashed).digest()).decode()
+    with pytest.raises(HttpStatusError) as refused:
+        connection_for(signer.scheme, signer.host).put(
+            signer.target(store.full_key("changed.bin"), "PUT", claimed), io.BytesIO(sent), len(sent), claimed)
+    assert (refused.value.status, refused.value.code) == (400, "BadDigest")
+    assert not store.exists("changed.bin")
+
+
+@pytest.mark.parametrize("kind", ["reset", "slowdown", "error500"])
+def test_presigned_puts_are_retried_through_transient_faults(bucket: str, s3_server, tmp_path: Path, monkeypatch,
+                                                             kind: str) -> None:
+    from rlkeep.storage import upload_tree
+
+    source = tmp_path / "tree"
+    contents = {f"trial-{i:03d}/result.json": os.urandom(100 + i) for i in range(30)}
+    for key, data in contents.items():
+        (source / key).parent.mkdir(parents=True, exist_ok=True)
+        (source / key).write_bytes(data)
+    with FaultProxy(s3_server.endpoint) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
+        proxy.fail_next(kind, 3, method="PUT", path_contains="/trial-00")
+        store = open_store(f"s3://{bucket}/faulty-{kind}")
+        assert upload_tree(source, store, workers=4) == len(contents)
+        assert proxy.faults_injected() == 3
+        assert {key: store.read_bytes(key) for key in contents} == contents
+
+
+def test_a_presigned_put_that_keeps_failing_names_the_object_and_the_answer(bucket: str, s3_server, tmp_path: Path,
+                                                                           monkeypatch) -> None:
+    source = tmp_path / "one.json"
+    source.write_bytes(b"{}")
+    with FaultProxy(s3_server.endpoint) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
+        store = open_store(f"s3://{bucket}/down")
+        proxy.fail_always("error500")
+        with pytest.raises(StoreError, match=r"s3://t\d+-\d+/down/one.json: upload failed after 4 attempts: "
+                                             r"HTTP 500 InternalError"):
+            store.put_file("one.json", source)
+        proxy.clear()
+        proxy.fail_next("forbidden", 1, method="PUT")
+        with pytest.raises(StoreError, match=r"down/one.json: access denied \(HTTP 403 AccessDenied\)"):
+            store.put_file("one.json", source)
+        assert not store.exists("one.json")

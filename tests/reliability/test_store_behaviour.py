@@ -218,9 +218,9 @@ def test_a_multipart_upload_killed_between_parts_leaves_no_orphaned_parts(tmp_pa
 @pytest.mark.parametrize(("offset", "words"), [(3 * 3600, "3 h 0 min behind"), (-2 * 3600 - 30 * 60, "2 h 30 min ahead of")])
 def test_a_store_clock_hours_off_is_reported_as_a_clock_problem(tmp_path: Path, bucket: str, s3_server, monkeypatch,
                                                                 offset: int, words: str) -> None:
-    """Guard: rlkeep.storage.failures.clock_problem, applied in S3Store.call (API calls) and S3Store.read_into
-    (presigned reads). Without it the message is the store's "RequestTimeTooSkewed" (or "Request has
-    expired") with no word of the clock or the offset."""
+    """Guard: rlkeep.storage.failures.clock_problem, applied in S3Store.call (API calls) and S3Store._attempts
+    (presigned reads and writes). Without it the message is the store's "RequestTimeTooSkewed" (or "Request
+    has expired") with no word of the clock or the offset."""
     store_url = f"s3://{bucket}/iris"
     store = open_store(store_url)
     assert isinstance(store, S3Store)
@@ -228,19 +228,23 @@ def test_a_store_clock_hours_off_is_reported_as_a_clock_problem(tmp_path: Path, 
     with FaultProxy(s3_server.endpoint, clock_offset=offset) as proxy:
         through(proxy, monkeypatch)
         failures = []
-        for action in (lambda: list(store.list()), lambda: store.put_bytes("rl-demo/b.log", b"y")):
-            with pytest.raises(StoreError) as raised:
-                action()
-            failures.append(str(raised.value))
-        # A presigned read carries its expiry, not its signing time: a store ahead of us finds it expired,
-        # one behind us takes it (as S3 does).
+        with monkeypatch.context() as api_only:  # a write through the API, as when presigned PUTs are off
+            api_only.setenv("RLKEEP_S3_PRESIGNED_PUT", "0")
+            for action in (lambda: list(store.list()), lambda: store.put_bytes("rl-demo/b.log", b"y")):
+                with pytest.raises(StoreError) as raised:
+                    action()
+                failures.append(str(raised.value))
+        # A presigned request carries its expiry, not its signing time: a store ahead of us finds it expired,
+        # one behind us takes it (as S3 does), reads and writes alike.
         if offset > 0:
-            with pytest.raises(StoreError) as raised:
-                store.read_bytes("rl-demo/a.log")
-            failures.append(str(raised.value))
-            assert "(AccessDenied)" in failures[-1]
+            for action in (lambda: store.read_bytes("rl-demo/a.log"), lambda: store.put_bytes("rl-demo/c.log", b"z")):
+                with pytest.raises(StoreError) as raised:
+                    action()
+                failures.append(str(raised.value))
+                assert "(AccessDenied)" in failures[-1]
         else:
             assert store.read_bytes("rl-demo/a.log") == b"x" * 10
+            store.put_bytes("rl-demo/c.log", b"z")
         refused = sum(1 for *_, outcome in proxy.timeline if outcome == "skewed")
     assert refused == len(failures)
     for message in failures:
@@ -249,5 +253,6 @@ def test_a_store_clock_hours_off_is_reported_as_a_clock_problem(tmp_path: Path, 
         assert "NTP" in message and "15 minutes" in message
         assert os.environ["AWS_SECRET_ACCESS_KEY"] not in message and "Signature=" not in message
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_server.endpoint)
-    assert [i.key for i in store.list()] == ["rl-demo/a.log"]  # nothing was written while refused
+    # nothing was written while refused
+    assert [i.key for i in store.list()] == ["rl-demo/a.log"] + ([] if offset > 0 else ["rl-demo/c.log"])
     figures_log.record("store_behaviour", case=f"clock skew {offset:+d} s", injected={"skewed": refused}, lost=0)

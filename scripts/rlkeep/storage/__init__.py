@@ -10,7 +10,8 @@ The modules, one job each:
 - local: FileStore, the file:// store;
 - s3: S3Store, the s3:// store; multipart: its large uploads;
 - client: the boto3 client from the standard AWS configuration;
-- signer and connection: presigned GETs (botocore's signature, proven) on keep-alive connections;
+- signer and connection: presigned GETs and small PUTs (botocore's signatures, proven) on keep-alive
+  connections;
 - failures: SlowDown and other throttling, clock skew, and the classification of errors;
 - bulk: fetch_in_order (many objects, concurrently, in order, bounded memory) and upload_tree.
 """

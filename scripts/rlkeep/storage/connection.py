@@ -1,16 +1,18 @@
-"""One keep-alive HTTP/1.1 connection per thread and host, for presigned GETs: a request and its
-response head in a few C-level calls, the body hashed while it streams into the sink.
+"""One keep-alive HTTP/1.1 connection per thread and host, for presigned GETs and PUTs: a request
+and its response head in a few C-level calls, a GET's body hashed while it streams into the sink,
+a PUT's sent from its file by the kernel (sendfile) where the connection is not TLS.
 
 ssl and certifi are imported when the first https connection opens (about 40 ms of import that a
 file:// or plain-http run never needs).
 """
 from __future__ import annotations
 
+import io
 import os
 import socket
 import threading
-from collections.abc import Iterator
-from typing import IO
+from collections.abc import Callable, Iterator
+from typing import IO, BinaryIO
 from urllib.parse import urlsplit
 
 from rlkeep.errors import StoreError
@@ -67,36 +69,70 @@ class Connection:
             raise
         self.sock, self.rfile = sock, sock.makefile("rb", buffering=1 << 16)
 
-    def _send(self, request: bytes) -> bytes:
-        assert self.sock is not None and self.rfile is not None
-        self.sock.sendall(request)
+    def _status_line(self) -> bytes:
+        assert self.rfile is not None
         status = self.rfile.readline(65537)
         if not status:
             raise ConnectionResetError("the server closed the connection before answering")
         return status
 
-    def get(self, target: str, sink: IO[bytes]) -> tuple[int, int, str]:
-        """GET target into sink: (bytes read, Content-Length or -1, sha256). Error statuses raise
-        (404: ObjectMissing), with their body read so the connection stays usable."""
-        request = (f"GET {target} HTTP/1.1\r\nHost: {self.host}\r\nUser-Agent: rlkeep\r\n"
-                   f"Accept-Encoding: identity\r\n\r\n").encode()
+    def _exchange(self, send: Callable[[], None], sink: IO[bytes]) -> tuple[int, int, str]:
+        """send() a request, then read its response into sink; a kept-alive connection the server
+        closed while idle is replaced once. Error statuses raise HttpStatusError, with their body
+        read so the connection stays usable."""
         reused = self.sock is not None
         if not reused:
             self._open()
         try:
             try:
-                status_line = self._send(request)
+                send()
+                status_line = self._status_line()
             except ConnectionError:
                 if not reused:
                     raise
-                # a kept-alive connection the server closed while idle: once more on a new one
                 self.close()
                 self._open()
-                status_line = self._send(request)
+                send()
+                status_line = self._status_line()
             return self._response(status_line, sink)
         except BaseException:
             self.close()
             raise
+
+    def get(self, target: str, sink: IO[bytes]) -> tuple[int, int, str]:
+        """GET target into sink: (bytes read, Content-Length or -1, sha256); 404 raises ObjectMissing."""
+        request = (f"GET {target} HTTP/1.1\r\nHost: {self.host}\r\nUser-Agent: rlkeep\r\n"
+                   f"Accept-Encoding: identity\r\n\r\n").encode()
+
+        def send() -> None:
+            assert self.sock is not None
+            self.sock.sendall(request)
+
+        try:
+            return self._exchange(send, sink)
+        except HttpStatusError as error:
+            if error.status == 404:
+                raise ObjectMissing("no such object") from None
+            raise
+
+    def put(self, target: str, body: BinaryIO, length: int, content_md5: str) -> None:
+        """PUT the first `length` bytes of the open file `body` to target, presigned with this Content-MD5
+        (the store refuses a body whose MD5 differs)."""
+        head = (f"PUT {target} HTTP/1.1\r\nHost: {self.host}\r\nUser-Agent: rlkeep\r\n"
+                f"Content-Length: {length}\r\nContent-MD5: {content_md5}\r\n\r\n").encode()
+
+        def send() -> None:
+            assert self.sock is not None
+            self.sock.sendall(head)
+            body.seek(0)  # socket.sendfile seeks to a non-zero offset only
+            try:
+                sent = self.sock.sendfile(body, 0, length) if length else 0
+            except (BrokenPipeError, ConnectionResetError):
+                return  # the store answered (e.g. 403) and closed before taking the body: its answer tells
+            if sent != length:
+                raise BodyEnded(f"the file ended after {sent} of its {length} bytes")
+
+        self._exchange(send, io.BytesIO())
 
     def _response(self, status_line: bytes, sink: IO[bytes]) -> tuple[int, int, str]:
         assert self.rfile is not None
@@ -127,8 +163,6 @@ class Connection:
             body = b"".join(self._chunks(length, chunked))
             if close:
                 self.close()
-            if status == 404:
-                raise ObjectMissing("no such object")
             raise HttpStatusError(status, error_field(body, "Code"), headers, body)
         size, digest = hash_stream(self._chunks(length, chunked), sink)
         if close or (length < 0 and not chunked):

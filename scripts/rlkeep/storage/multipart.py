@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING
 
 from rlkeep.errors import StoreError
 from rlkeep.storage.client import s3_client
@@ -27,7 +27,7 @@ def put_file(store: S3Store, key: str, path: Path) -> ObjectInfo:
     before and after a multipart upload."""
     if path.stat().st_size < MULTIPART_BYTES:  # one request: a transfer manager per small file cost more
         with path.open("rb") as body:
-            store.call(f"{store.url_of(key)}: upload", lambda: _put_body(store, key, body))
+            store.put_open_file(key, body)
         return ObjectInfo(key=key, size=path.stat().st_size)
     from boto3.s3.transfer import TransferConfig
 
@@ -44,12 +44,6 @@ def put_file(store: S3Store, key: str, path: Path) -> ObjectInfo:
     # Not a HEAD: a store with read-after-write lag may not show the object yet (verification
     # re-checks, within its bound); the store took the upload, so this is what it holds.
     return ObjectInfo(key=key, size=path.stat().st_size)
-
-
-def _put_body(store: S3Store, key: str, body: BinaryIO) -> None:
-    """One PUT of an open file, from its start each time (a retried call sends it whole again)."""
-    body.seek(0)
-    s3_client().put_object(Bucket=store.bucket, Key=store.full_key(key), Body=body)
 
 
 def unfinished_uploads(store: S3Store, key: str) -> list[str]:

@@ -59,7 +59,7 @@ class ObjectMissing(StoreError):
 
 
 class ObjectDenied(StoreError):
-    """The store refused to read this object (HTTP 403): a credential scoped to part of a prefix.
+    """The store refused to read or write this object (HTTP 403): a credential scoped to part of a prefix.
 
     identity: who the store says asked, where it says it (its error message, e.g. an ARN) and the
     access key id the request was signed with; never a secret or a signed URL."""

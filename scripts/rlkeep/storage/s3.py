@@ -3,14 +3,16 @@ keep-alive connection, or get_object), small writes and deletes; large uploads g
 rlkeep.storage.multipart. Every failure is classified by rlkeep.storage.failures."""
 from __future__ import annotations
 
+import base64
 import errno
+import hashlib
 import io
 import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, BinaryIO, TypeVar
 from urllib.parse import urlsplit
 
 from rlkeep.errors import StoreError
@@ -26,7 +28,8 @@ from rlkeep.urls import join_url
 
 log = logging.getLogger(__name__)
 
-READ_ATTEMPTS = 4  # whole-object re-reads when a body breaks mid-stream
+READ_ATTEMPTS = 4  # whole-object re-reads when a body breaks mid-stream; whole re-sends of a small upload
+T = TypeVar("T")
 
 
 class S3Store:
@@ -100,34 +103,46 @@ class S3Store:
         """
         full = self.full_key(key)
         what = self.url_of(key)
+        start = sink.tell()
+
+        def read() -> tuple[int, str]:
+            size, expected, digest = self._get(full, sink)
+            if expected >= 0 and size != expected:
+                raise StoreError(f"{what}: body ended after {size} of {expected} bytes")
+            return size, digest
+
+        def rewind() -> None:
+            sink.seek(start)
+            sink.truncate()
+
+        try:
+            return self._attempts(what, "read", read, rewind)
+        except ObjectMissing:
+            raise ObjectMissing(f"{what}: listed but no longer exists") from None
+
+    def _attempts(self, what: str, verb: str, action: Callable[[], T], rewind: Callable[[], None]) -> T:
+        """action() on rlkeep's own connection (botocore's retries do not apply), attempted again when
+        another attempt may cure the failure (a broken connection, a 5xx) and after SlowDown (waited
+        out within its bound, not counted as an attempt); rewind() after every failed attempt."""
         attempt, throttles, throttled_wait = 0, 0, 0.0
         while attempt < READ_ATTEMPTS:
-            start = sink.tell()
             try:
-                size, expected, digest = self._get(full, sink)
-                if expected >= 0 and size != expected:
-                    raise StoreError(f"{what}: body ended after {size} of {expected} bytes")
-                return size, digest
-            except ObjectMissing:
-                raise ObjectMissing(f"{what}: listed but no longer exists") from None
-            except ObjectChanged:
-                sink.seek(start)
-                sink.truncate()
+                return action()
+            except (ObjectMissing, ObjectChanged):
+                rewind()
                 raise
             except Exception as error:  # noqa: BLE001
-                sink.seek(start)
-                sink.truncate()
+                rewind()
                 if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
                     raise  # the local disk is full: no retry helps; the step names the full path
                 if is_missing(error):
-                    raise ObjectMissing(f"{what}: listed but no longer exists") from None
+                    raise ObjectMissing(f"{what}: no such object") from None
                 clock = clock_problem_of(error)
                 if clock is not None:
                     raise StoreError(f"{what}: {clock}") from None
                 if isinstance(error, HttpStatusError) and is_throttle(error.status, error.code):
-                    # SlowDown: not a failed attempt; wait as the store asks, within the bound
                     throttles += 1
-                    pause = throttle_pause(waited=throttled_wait, attempt=throttles, what=f"{what}: read",
+                    pause = throttle_pause(waited=throttled_wait, attempt=throttles, what=f"{what}: {verb}",
                                            retry_after=retry_after_seconds(error.headers.get("Retry-After")))
                     throttled_wait += pause
                     time.sleep(pause)
@@ -138,7 +153,7 @@ class S3Store:
                 transient = isinstance(error, StoreError) or is_retryable(error)
                 if not transient or attempt == READ_ATTEMPTS - 1:
                     failure = StoreUnavailable if transient else StoreError
-                    raise failure(f"{what}: read failed after {attempt + 1} attempts: {describe_error(error)}") from None
+                    raise failure(f"{what}: {verb} failed after {attempt + 1} attempts: {describe_error(error)}") from None
                 time.sleep(min(8.0, 0.2 * 2**attempt))
                 attempt += 1
         raise AssertionError("unreachable")
@@ -166,6 +181,37 @@ class S3Store:
         parts = urlsplit(client.generate_presigned_url("get_object", Params={"Bucket": self.bucket, "Key": full_key},
                                                        ExpiresIn=900))
         return connection_for(parts.scheme, parts.netloc).get(f"{parts.path}?{parts.query}", sink)
+
+    def put_open_file(self, key: str, body: BinaryIO) -> None:
+        """One PUT of an open file (below multipart.MULTIPART_BYTES), sent whole on each attempt.
+
+        As with reads, the default path presigns the request (rlkeep.storage.signer, where botocore's
+        own presigned PUT was reproduced) and sends it on this thread's keep-alive connection, with
+        its Content-MD5 signed so the store checks what arrived: put_object's client CPU was most of
+        the time of uploading many small files. RLKEEP_S3_PRESIGNED_PUT=0 uses put_object.
+        """
+        full, what = self.full_key(key), self.url_of(key)
+        client = s3_client()
+        signer = query_signer(client, self.bucket)
+        if signer is None or "PUT" not in signer.methods or os.environ.get("RLKEEP_S3_PRESIGNED_PUT", "1") == "0":
+            def put_object() -> object:
+                body.seek(0)
+                return client.put_object(Bucket=self.bucket, Key=full, Body=body)
+
+            self.call(f"{what}: upload", put_object)
+            return
+
+        def put() -> None:
+            body.seek(0)
+            md5, length = hashlib.md5(usedforsecurity=False), 0
+            for chunk in iter(lambda: body.read(CHUNK), b""):
+                md5.update(chunk)
+                length += len(chunk)
+            content_md5 = base64.b64encode(md5.digest()).decode()
+            target = signer.target(full, "PUT", content_md5)
+            connection_for(signer.scheme, signer.host).put(target, body, length, content_md5)
+
+        self._attempts(what, "upload", put, lambda: None)
 
     def read_bytes(self, key: str) -> bytes:
         buffer = io.BytesIO()
@@ -196,10 +242,7 @@ class S3Store:
         return multipart.abort_unfinished_uploads(self, key)
 
     def put_bytes(self, key: str, data: bytes) -> ObjectInfo:
-        self.call(
-            f"{self.url_of(key)}: upload",
-            lambda: s3_client().put_object(Bucket=self.bucket, Key=self.full_key(key), Body=data),
-        )
+        self.put_open_file(key, io.BytesIO(data))
         return ObjectInfo(key=key, size=len(data))
 
     def delete(self, keys: Iterable[str]) -> list[str]:

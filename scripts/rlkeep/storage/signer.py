@@ -1,7 +1,7 @@
-"""Presigned GETs at a fraction of botocore's CPU: QuerySigner signs each object's URL exactly as
-botocore would (SigV2 or SigV4 in the query), and proves it on construction against botocore's
-own presigned URL; query_signer keeps one per client and bucket, or None where botocore must
-presign every GET itself."""
+"""Presigned requests at a fraction of botocore's CPU: QuerySigner signs each object's URL exactly
+as botocore would (SigV2 or SigV4 in the query), and proves it on construction against botocore's
+own presigned URLs; query_signer keeps one per client and bucket, or None where botocore must
+presign every request itself."""
 from __future__ import annotations
 
 import base64
@@ -14,7 +14,7 @@ from rlkeep.storage.client import clients_lock, credentials_of
 
 
 class QuerySigner:
-    """Presigns GETs of one bucket exactly as botocore would, at a fraction of its CPU.
+    """Presigns GETs and PUTs of one bucket exactly as botocore would, at a fraction of its CPU.
 
     botocore resolves everything once, from the standard configuration (endpoint, region,
     addressing style, signature version, credentials): it presigns a probe key, and the probe's
@@ -23,6 +23,10 @@ class QuerySigner:
     (for SigV4 with a signing key cached per day). The signer proves itself on construction:
     re-signing the probe at the probe's own time must give botocore's very signature, or it
     refuses and the caller presigns every GET through botocore as before.
+
+    PUTs are signed with their Content-MD5, as botocore presigns `put_object` given ContentMD5, so
+    the store checks the body that arrived; they are offered (`methods`) only where re-signing
+    botocore's presigned PUT of the probe reproduces it whole.
     """
 
     PROBE = "rlkeep-probe/ä ü+=&~%.txt"
@@ -50,7 +54,8 @@ class QuerySigner:
             access_key, date, self.region, self.service, _ = fields["X-Amz-Credential"].rsplit("/", 4)
             known = {"X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires", "X-Amz-SignedHeaders",
                      "X-Amz-Security-Token", "X-Amz-Signature"}
-            proven = self._v4(self.PROBE, frozen, fields["X-Amz-Date"], date).endswith(fields["X-Amz-Signature"])
+            proven = self._v4(self.PROBE, frozen, fields["X-Amz-Date"], date, "GET", "").endswith(
+                fields["X-Amz-Signature"])
         elif {"AWSAccessKeyId", "Signature", "Expires"} <= set(fields):
             self.version = 2
             access_key = fields["AWSAccessKeyId"]
@@ -59,7 +64,8 @@ class QuerySigner:
             proven = False
             for resource_prefix in (self.path_prefix, f"/{bucket}{self.path_prefix}"):
                 self.resource_prefix = resource_prefix
-                if self._v2(self.PROBE, frozen, int(fields["Expires"])).endswith(f"Signature={_q(fields['Signature'])}"):
+                if self._v2(self.PROBE, frozen, int(fields["Expires"]), "GET", "").endswith(
+                        f"Signature={_q(fields['Signature'])}"):
                     proven = True
                     break
         else:
@@ -68,6 +74,27 @@ class QuerySigner:
             raise ValueError(f"botocore's presigned URL carries parameters this signer does not: {sorted(set(fields) - known)}")
         if access_key != frozen.access_key or not proven:  # type: ignore[attr-defined]
             raise ValueError("re-signing the probe did not reproduce botocore's signature")
+        self.methods = frozenset({"GET", "PUT"} if self._put_proven(client, bucket, frozen) else {"GET"})
+
+    PROBE_MD5 = "1B2M2Y8AsgTpgAmY7PhCfg=="  # of no bytes
+
+    def _put_proven(self, client: object, bucket: str, frozen: object) -> bool:
+        """Whether re-signing botocore's presigned PUT of the probe (with a Content-MD5) gives its very URL."""
+        botocore_url = urlsplit(client.generate_presigned_url(  # type: ignore[attr-defined]
+            "put_object", Params={"Bucket": bucket, "Key": self.PROBE, "ContentMD5": self.PROBE_MD5},
+            ExpiresIn=self.EXPIRES))
+        fields = dict(parse_qsl(botocore_url.query, keep_blank_values=True))
+        try:
+            if self.version == 2:
+                query = self._v2(self.PROBE, frozen, int(fields["Expires"]), "PUT", self.PROBE_MD5)
+            else:
+                date = fields["X-Amz-Credential"].rsplit("/", 4)[1]
+                query = self._v4(self.PROBE, frozen, fields["X-Amz-Date"], date, "PUT", self.PROBE_MD5)
+        except (KeyError, IndexError, ValueError):
+            return False
+        ours = f"{self.scheme}://{self.host}{self.path_prefix}{_quote_path(self.PROBE)}"
+        return (ours == f"{botocore_url.scheme}://{botocore_url.netloc}{botocore_url.path}"
+                and dict(parse_qsl(query, keep_blank_values=True)) == fields)
 
     def _frozen_credentials(self) -> object:
         """The credentials as of at most 30 s ago (botocore refreshes expiring ones itself)."""
@@ -78,15 +105,18 @@ class QuerySigner:
             self._frozen = (now, frozen)
         return frozen
 
-    def _v2(self, key: str, frozen: object, expires: int) -> str:
-        """The query of a SigV2 presigned GET (HMAC-SHA1 over method, expiry and resource)."""
+    def _v2(self, key: str, frozen: object, expires: int, method: str, content_md5: str) -> str:
+        """The query of a SigV2 presigned request (HMAC-SHA1 over method, Content-MD5, expiry and
+        resource); botocore also names the Content-MD5 in the query."""
         token = frozen.token  # type: ignore[attr-defined]
         amz = f"x-amz-security-token:{token}\n" if token else ""
-        to_sign = f"GET\n\n\n{expires}\n{amz}{self.resource_prefix}{_quote_path(key)}"
+        to_sign = f"{method}\n{content_md5}\n\n{expires}\n{amz}{self.resource_prefix}{_quote_path(key)}"
         digest = hmac.new(frozen.secret_key.encode(), to_sign.encode(), hashlib.sha1).digest()  # type: ignore[attr-defined]
         query = f"AWSAccessKeyId={_q(frozen.access_key)}&Expires={expires}"  # type: ignore[attr-defined]
         if token:
             query += f"&x-amz-security-token={_q(token)}"
+        if content_md5:
+            query += f"&content-md5={_q(content_md5)}"
         return f"{query}&Signature={_q(base64.b64encode(digest).decode())}"
 
     def _signing_key(self, date: str, secret: str) -> bytes:
@@ -98,32 +128,38 @@ class QuerySigner:
             self._keys = {(date, secret): key}
         return key
 
-    def _v4(self, key: str, frozen: object, amz_date: str, date: str) -> str:
-        """The query of a SigV4 presigned GET of key at amz_date (host the only signed header)."""
+    def _v4(self, key: str, frozen: object, amz_date: str, date: str, method: str, content_md5: str) -> str:
+        """The query of a SigV4 presigned request for key at amz_date: the signed headers are the
+        host and, when given, Content-MD5; the payload is unsigned."""
+        signed = "content-md5;host" if content_md5 else "host"
+        headers = f"content-md5:{content_md5}\nhost:{self.host}\n" if content_md5 else f"host:{self.host}\n"
         params = [("X-Amz-Algorithm", "AWS4-HMAC-SHA256"),
                   ("X-Amz-Credential", f"{frozen.access_key}/{date}/{self.region}/{self.service}/aws4_request"),  # type: ignore[attr-defined]
-                  ("X-Amz-Date", amz_date), ("X-Amz-Expires", str(self.EXPIRES)), ("X-Amz-SignedHeaders", "host")]
+                  ("X-Amz-Date", amz_date), ("X-Amz-Expires", str(self.EXPIRES)), ("X-Amz-SignedHeaders", signed)]
         if frozen.token:  # type: ignore[attr-defined]
             params.append(("X-Amz-Security-Token", frozen.token))  # type: ignore[attr-defined]
         query = "&".join(f"{k}={_q(v)}" for k, v in sorted(params))
-        canonical = f"GET\n{self.path_prefix}{_quote_path(key)}\n{query}\nhost:{self.host}\n\nhost\nUNSIGNED-PAYLOAD"
+        canonical = f"{method}\n{self.path_prefix}{_quote_path(key)}\n{query}\n{headers}\n{signed}\nUNSIGNED-PAYLOAD"
         to_sign = (f"AWS4-HMAC-SHA256\n{amz_date}\n{date}/{self.region}/{self.service}/aws4_request\n"
                    f"{hashlib.sha256(canonical.encode()).hexdigest()}")
         signature = hmac.new(self._signing_key(date, frozen.secret_key), to_sign.encode(), hashlib.sha256).hexdigest()  # type: ignore[attr-defined]
         return f"{query}&X-Amz-Signature={signature}"
 
-    def target(self, key: str) -> str:
-        """The request target (path and query) of a presigned GET of the bucket's key."""
+    def target(self, key: str, method: str = "GET", content_md5: str = "") -> str:
+        """The request target (path and query) of a presigned request for the bucket's key; `method`
+        one of `methods`, a PUT with the Content-MD5 header it will carry."""
+        if method not in self.methods:
+            raise ValueError(f"{method} requests are not proven to sign as botocore would")
         frozen = self._frozen_credentials()
         second = int(time.time())
         if self.version == 2:
-            query = self._v2(key, frozen, second + self.EXPIRES)
+            query = self._v2(key, frozen, second + self.EXPIRES, method, content_md5)
         else:
             if second != self._second:
                 now = time.gmtime(second)
                 self._stamp = (time.strftime("%Y%m%dT%H%M%SZ", now), time.strftime("%Y%m%d", now))
                 self._second = second
-            query = self._v4(key, frozen, *self._stamp)
+            query = self._v4(key, frozen, *self._stamp, method, content_md5)
         return f"{self.path_prefix}{_quote_path(key)}?{query}"
 
 
