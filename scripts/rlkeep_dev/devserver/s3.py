@@ -89,7 +89,7 @@ class S3Server:
             # mini` caps the volume count at free disk / volume size, so on a machine with little
             # free disk a long test session runs out of volumes (InternalError on PutObject after
             # about 45 buckets). Volumes are sparse files: a high cap costs no disk.
-            "-volume.max=4000", "-master.volumeSizeLimitMB=64",
+            "-volume.max=4000", "-master.volumeSizeLimitMB=64", "-volume.preStopSeconds=0",
             f"-s3.config={config_path}", f"-s3.port={self.port}",
             *[f"-{name}={port}" for name, port in ports.items()],
         ]
