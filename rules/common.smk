@@ -15,6 +15,7 @@ from rlkeep.jsonio import key_sorted
 from rlkeep.pipeline import evidence_of, kind_has, verify_sentinels
 from rlkeep.records import load_record, record_path
 from rlkeep.snakemake_process import (
+    cancel_rescheduling_timers,
     exit_without_final_collection,
     params_check_without_pandas_import,
 )
@@ -443,10 +444,12 @@ if workflow.is_main_process and (DATA_ROOT / RECORDS_DIR).is_dir():
 
 
 onsuccess:
+    cancel_rescheduling_timers()
     repeat_planning_notes()
 
 
 onerror:
+    cancel_rescheduling_timers()
     repeat_planning_notes()
 
 

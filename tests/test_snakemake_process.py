@@ -1,20 +1,24 @@
 """rlkeep.snakemake_process: the installed Snakemake still has the shape the patches replace, the
 params serializer chosen is Snakemake's own for every value, and in a real invocation of the
 pipeline the params check imports no pandas, a changed param still reruns its step, and the
-process leaves its heap out of the last collection.
+process leaves its heap out of the last collection; the rescheduling timers the finished scheduler
+left are cancelled, and no other timer.
 """
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 from snakemake.persistence import PersistenceBase
 
-from rlkeep.snakemake_process import params_check_without_pandas_import, serializer_for_loaded_modules
+from rlkeep.snakemake_process import (cancel_rescheduling_timers, params_check_without_pandas_import,
+                                      serializer_for_loaded_modules)
 from rlkeep_dev.example.kinds import write_datagen_run
 from tests.conftest import REPO, run_snakemake, write_record
 from tests.support.memory import exit_facts, exit_facts_script
@@ -85,12 +89,17 @@ def watched_snakemake_script() -> str:
         "    with open(EXTRA_FILE, 'w') as out:\n"
         "        json.dump(EXTRA, out)\n"
         "atexit.register(report)\n"
+        "import threading\n"
+        "def at_shutdown():  # before the interpreter joins the threads left, so before exit handlers\n"
+        "    EXTRA['pending_timers'] = sum(1 for thread in threading.enumerate()\n"
+        "                                  if isinstance(thread, threading.Timer) and not thread.finished.is_set())\n"
+        "threading._register_atexit(at_shutdown)\n"
     )
     return watch + exit_facts_script("snakemake")
 
 
-def test_a_real_invocation_checks_params_without_pandas_and_freezes_its_heap(tmp_path: Path,
-                                                                             data_root: Path) -> None:
+def test_a_real_invocation_checks_params_without_pandas_freezes_its_heap_and_leaves_no_timer(
+        tmp_path: Path, data_root: Path) -> None:
     run = write_datagen_run(tmp_path / "runs" / JOB, job=JOB, n_trials=12)
     write_record(data_root, run.record(store_url=f"file://{run.root}"))
     first = run_snakemake(data_root, f"{JOB}/DONE")
@@ -117,8 +126,38 @@ def test_a_real_invocation_checks_params_without_pandas_and_freezes_its_heap(tmp
         assert not any("snakemake/persistence" in frame for frame in stack), "\n".join(stack)
         assert any("snakemake_executor_plugin_" in frame for frame in stack), "\n".join(stack)
 
+    # a run of a job leaves the scheduler's rate-limit timers, cancelled once it finished
+    forced = invoke("--forcerun", "done")
+    assert forced.returncode == 0 and "1 of 1 steps (100%) done" in forced.stdout + forced.stderr, forced.stderr[-3000:]
+    assert json.loads(facts_file.with_name("facts.json.extra").read_text())["pending_timers"] == 0
+
     # a changed param still reruns its step: the authority reclaim reads from its params
     granted = invoke("-n", "--config", f"reclaim_authorized={JOB}")
     assert granted.returncode == 0, granted.stderr[-3000:]
     plan = granted.stdout + granted.stderr
     assert "rule reclaim:" in plan and "Params have changed since last execution" in plan, plan[-3000:]
+
+
+def test_the_timers_of_the_installed_schedulers_rate_limit_are_cancelled_and_no_other_timer() -> None:
+    """The timer is made by the installed Snakemake's own JobScheduler method (its shape is what
+    the cancel recognises); without the cancel, the interpreter waits it out before exit handlers."""
+    from snakemake.scheduling.job_scheduler import JobScheduler
+
+    released = threading.Semaphore(0)
+    scheduler = SimpleNamespace(_open_jobs=released)
+    before = set(threading.enumerate())
+    JobScheduler._schedule_reevalutation(scheduler, 30)  # as after a scheduling round (1 s by default)
+    made = [thread for thread in threading.enumerate() if thread not in before]
+    assert len(made) == 1 and isinstance(made[0], threading.Timer) and not made[0].daemon
+    other = threading.Timer(30, lambda: None)
+    other.start()
+    try:
+        assert cancel_rescheduling_timers() == 1
+        made[0].join(timeout=5)
+        assert not made[0].is_alive()  # ended at once, without releasing the finished scheduler
+        assert not released.acquire(blocking=False)
+        assert other.is_alive()  # a timer of anyone else is left alone
+    finally:
+        other.cancel()
+    assert cancel_rescheduling_timers() == 0
+
