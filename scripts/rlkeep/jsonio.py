@@ -9,10 +9,17 @@ from pathlib import Path
 from typing import Any
 
 
+def partial_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The temporary files atomic_write_bytes makes beside `path`: one is left when a writer is
+    killed or stopped before it could remove it (e.g. by a signal inside mkstemp)."""
+    target = Path(path)
+    return list(target.parent.glob(f".{glob.escape(target.name)}.*.part"))
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    for stale in target.parent.glob(f".{glob.escape(target.name)}.*.part"):
+    for stale in partial_files(target):
         stale.unlink(missing_ok=True)  # left by a writer that was killed mid-way
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
     try:

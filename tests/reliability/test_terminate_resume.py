@@ -68,6 +68,35 @@ def test_a_stopped_step_removes_its_part_file_and_exits_within_the_bound(tmp_pat
     assert f"stopped by {signal.Signals(signum).name}" in stderr and "rerun the same command" in stderr
 
 
+STEP_STOPPED_AS_ITS_WRITE_MADE_ITS_TEMP_FILE = """
+import os, signal, sys, tempfile, time
+from pathlib import Path
+from rlkeep import steps
+
+target = Path(sys.argv[1])
+
+def stopped_in_mkstemp(ctx):
+    # what a stop inside atomic_write_bytes's mkstemp leaves: its temporary file, made but not yet named
+    tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(120)
+
+target.parent.mkdir(parents=True)
+ctx = steps.StepContext(job="j", record=None, data_root=target.parent, inputs={}, outputs={"csv": target})
+sys.exit(steps.run_step("generation_stats", stopped_in_mkstemp, ctx))
+"""
+
+
+def test_a_step_stopped_before_its_writer_could_name_its_temp_file_leaves_none(tmp_path: Path) -> None:
+    """Seen in the demo's Ctrl-C test: metrics/.vllm.csv.<random>.part left by generation_stats. Guard:
+    rlkeep.steps._remove_outputs also removes its outputs' rlkeep.jsonio.partial_files."""
+    target = tmp_path / "metrics" / "vllm.csv"
+    child = subprocess.run([sys.executable, "-c", STEP_STOPPED_AS_ITS_WRITE_MADE_ITS_TEMP_FILE, str(target)],
+                           capture_output=True, text=True, timeout=STOP_BOUND_SECONDS, preexec_fn=default_signal_actions)
+    assert child.returncode == 128 + signal.SIGTERM, child.stderr
+    assert sorted(p.name for p in target.parent.iterdir()) == [], "the writer's temporary file was left"
+
+
 def test_a_signal_ignored_on_entry_stays_ignored(tmp_path: Path) -> None:
     """`nohup` ignores SIGHUP on purpose: the step must not turn it back into a stop."""
     target = tmp_path / "sync" / "logs.tar"
