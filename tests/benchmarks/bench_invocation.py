@@ -35,7 +35,6 @@ sys.path.insert(0, str(REPO))
 from tests.support.memory import exit_facts, exit_facts_script  # noqa: E402
 
 BASELINE = "49ad775"
-LEFT_OUT = "snakemake_executor_plugin_slurm"
 
 
 def checkout(commit: str) -> Path:
@@ -51,28 +50,6 @@ def checkout(commit: str) -> Path:
     return target
 
 
-def python_without_slurm_plugin() -> Path:
-    """A venv beside the peers' that links every package of this checkout's .venv but the SLURM
-    executor plugin (and every program of its bin/, such as the S3 server's)."""
-    source = Path(sys.prefix)
-    venv = peers.bench_env().parent / "rlkeep-without-slurm-plugin"
-    if not (venv / "bin" / "python").exists():
-        subprocess.run([peers._base_python(), "-m", "venv", "--without-pip", str(venv)], check=True)
-    site = next(venv.glob("lib/python*/site-packages"))
-    source_site = next(source.glob("lib/python*/site-packages"))
-    for entry in site.iterdir():
-        if entry.is_symlink():
-            entry.unlink()
-    for entry in source_site.iterdir():
-        if not entry.name.startswith(LEFT_OUT):
-            (site / entry.name).symlink_to(entry)
-    for program in (source / "bin").iterdir():
-        link = venv / "bin" / program.name
-        if not link.exists() and not program.name.startswith(("python", "activate", "pip")):
-            link.symlink_to(program)
-    return venv / "bin" / "python"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="one round, no warm-up")
@@ -83,7 +60,7 @@ def main() -> int:
     peers.stop_on_sigterm()
     rounds = args.rounds or (1 if args.quick else 3)
     warmup = 0 if args.quick else 1
-    python = args.python or python_without_slurm_plugin()
+    python = args.python or peers.python_without_slurm_plugin()
     checkouts = {"this checkout": REPO, f"baseline {args.baseline}": checkout(args.baseline)}
     work_root = Path(os.environ.get("RLKEEP_BENCH_TMP", tempfile.gettempdir()))
     with tempfile.TemporaryDirectory(prefix="bench-invocation-", dir=work_root) as tmp:

@@ -84,6 +84,8 @@ def main() -> int:
     parser.add_argument("--no-aws", action="store_true", help="leave `aws s3 sync` out (it is the slow peer)")
     parser.add_argument("--command", action="store_true",
                         help="time the whole snakemake command, beside s5cmd + tar + sha256sum")
+    parser.add_argument("--python", type=Path, default=None,
+                        help="with --command, the interpreter of the command (default: this venv without the SLURM plugin)")
     parser.add_argument("--warmup", type=int, default=1,
                         help="untimed rounds first: the first reads of the freshly seeded store are cold for whoever goes first")
     args = parser.parse_args()
@@ -97,6 +99,7 @@ def main() -> int:
     sys.path.insert(0, str(REPO / "scripts"))
     from rlkeep_dev.devserver.s3 import S3Server
 
+    command_python = (args.python or peers.python_without_slurm_plugin()) if args.command else None
     s5cmd = peers.s5cmd_binary()
     aws = None if args.no_aws else peers.peer("awscli")
     versions = {"s5cmd": peers.peer_version("s5cmd", "version"),
@@ -129,7 +132,7 @@ def main() -> int:
                 {"job": "bench", "user": "bench", "scheduler": "none", "chain": ["/bench/bench"],
                  "store": "s3://bench/iris/bench", "checkpoint": {"interval": 20}}))
             peak_file = data_root.with_name(data_root.name + ".peak_kb")
-            timed = peers.run_timed([sys.executable, "-c", SNAKEMAKE_OWN_PEAK, str(peak_file), "--snakefile",
+            timed = peers.run_timed([str(command_python), "-c", SNAKEMAKE_OWN_PEAK, str(peak_file), "--snakefile",
                                      str(REPO / "Snakefile"), "--profile", str(REPO / "profiles" / "local"),
                                      "bench/sync/trace_jobs.tar"],
                                     env=env, cwd=data_root)  # config/config.yaml's sync.workers
@@ -181,6 +184,8 @@ def main() -> int:
         "objects": count,
         "mb": round(total_bytes / 1e6, 1),
         "rlkeep_workers": args.workers,
+        **({"python": str(args.python) if args.python else "this venv without the SLURM executor plugin"}
+           if args.command else {}),
         "peers": versions,
         "rounds": rounds,
         "warmup_rounds": args.warmup,
