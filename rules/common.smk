@@ -18,6 +18,7 @@ from rlkeep.snakemake_process import (
     cancel_rescheduling_timers,
     exit_without_final_collection,
     params_check_without_pandas_import,
+    script_params_without_pandas_import,
 )
 from rlkeep.settled import (
     admitted_jobs,
@@ -435,6 +436,7 @@ def write_views():
 ##### the Snakemake process's own cost (rlkeep.snakemake_process) #####
 
 params_check_without_pandas_import()
+script_params_without_pandas_import()
 # registered before write_views, so it runs after it (exit handlers run last-registered first)
 exit_without_final_collection()
 

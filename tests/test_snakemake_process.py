@@ -1,6 +1,7 @@
 """rlkeep.snakemake_process: the installed Snakemake still has the shape the patches replace, the
 params serializer chosen is Snakemake's own for every value, and in a real invocation of the
-pipeline the params check imports no pandas, a changed param still reruns its step, and the
+pipeline the params check imports no pandas (nor does handing a script job its params), a changed
+param still reruns its step, and the
 process leaves its heap out of the last collection; the rescheduling timers the finished scheduler
 left are cancelled, and no other timer.
 """
@@ -18,7 +19,7 @@ import pytest
 from snakemake.persistence import PersistenceBase
 
 from rlkeep.snakemake_process import (cancel_rescheduling_timers, params_check_without_pandas_import,
-                                      serializer_for_loaded_modules)
+                                      script_params_without_pandas_import, serializer_for_loaded_modules)
 from rlkeep_dev.example.kinds import write_datagen_run
 from tests.conftest import REPO, run_snakemake, write_record
 from tests.support.memory import exit_facts, exit_facts_script
@@ -161,3 +162,69 @@ def test_the_timers_of_the_installed_schedulers_rate_limit_are_cancelled_and_no_
         other.cancel()
     assert cancel_rescheduling_timers() == 0
 
+
+
+STORE_PARAMS = """
+import sys, json
+from snakemake.iocontainers import Params
+from snakemake.iocontainers import Snakemake
+if sys.argv[1] == "patched":
+    from rlkeep.snakemake_process import script_params_without_pandas_import
+    assert script_params_without_pandas_import()
+params = Params(fromdict={"settings": {"workers": 64, "rule": "last"}, "dest": "s3://b/p"})
+job = object.__new__(Snakemake)
+job._safely_store_params(params)
+print(json.dumps({"pandas_loaded": "pandas" in sys.modules, "stored": list(job._params_store),
+                  "names": sorted(map(list, job._params_store._get_names())), "types": job._params_types}))
+"""
+
+
+def test_a_script_jobs_params_are_stored_as_snakemake_stores_them_without_importing_pandas() -> None:
+    """Guard: rlkeep.snakemake_process.script_params_without_pandas_import (Snakemake 9.27 imports
+    pandas here for every script job it prepares, in its own process)."""
+    def store(mode: str) -> dict:
+        result = subprocess.run([sys.executable, "-c", STORE_PARAMS, mode], capture_output=True, text=True, check=True)
+        return json.loads(result.stdout)
+
+    upstream, patched = store("upstream"), store("patched")
+    assert upstream["pandas_loaded"] is True  # the cost: the shape the patch takes off is still there
+    assert patched["pandas_loaded"] is False
+    assert {k: v for k, v in patched.items() if k != "pandas_loaded"} == \
+        {k: v for k, v in upstream.items() if k != "pandas_loaded"}
+
+
+def test_with_pandas_loaded_its_objects_are_converted_as_before() -> None:
+    from snakemake.iocontainers import Params
+    from snakemake.iocontainers import Snakemake
+
+    upstream_store = Snakemake.__dict__["_safely_store_params"]
+    assert script_params_without_pandas_import()
+    frame = pd.DataFrame({"a": [1, 2]})
+    params = Params(fromdict={"frame": frame, "series": frame["a"], "plain": 3})
+    ours, theirs = object.__new__(Snakemake), object.__new__(Snakemake)
+    ours._safely_store_params(params)
+    (getattr(upstream_store, "__wrapped__", upstream_store))(theirs, params)
+    assert list(ours._params_store) == list(theirs._params_store) == [{"a": {0: 1, 1: 2}}, {0: 1, 1: 2}, 3]
+    assert ours._params_types == theirs._params_types == {0: "pd.DataFrame", 1: "pd.Series"}
+
+
+def test_the_refusal_holds_only_in_the_thread_that_stores_params() -> None:
+    """While one thread stores a job's params, another thread imports what it likes."""
+    script = """
+import sys, threading
+from rlkeep.snakemake_process import _REFUSER, script_params_without_pandas_import
+assert script_params_without_pandas_import()
+_REFUSER.refused.names = {"tomllib", "pandas"}
+try:
+    import tomllib
+    sys.exit("refused nothing")
+except ModuleNotFoundError:
+    pass
+elsewhere = []
+thread = threading.Thread(target=lambda: elsewhere.append(__import__("tomllib").__name__))
+thread.start(); thread.join()
+assert elsewhere == ["tomllib"], elsewhere
+print("ok")
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr

@@ -1,4 +1,4 @@
-"""Three costs of the Snakemake process that rlkeep takes off without changing what Snakemake decides.
+"""Four costs of the Snakemake process that rlkeep takes off without changing what Snakemake decides.
 
 Measured on the demo's no-op (`snakemake --profile local rl-demo/DONE` over a finished run, Snakemake
 9.27, no SLURM plugin; tests/benchmarks/bench_invocation.py): 2.0-2.5 s and 175 MB, of which
@@ -9,6 +9,12 @@ Measured on the demo's no-op (`snakemake --profile local rl-demo/DONE` over a fi
   and pandas is installed for the steps, so every invocation paid for an import it never used. A
   value can only be a pandas object if pandas was imported already, so asking `sys.modules` gives
   the same serialization for every value (an upstream fix to propose);
+- the same import again for every invocation that runs a `script:` job (the sync command's Snakemake
+  peaked at 174-180 MB against the no-op's 111 MB): `Snakemake._safely_store_params`, run in
+  Snakemake's process to hand a job its params, imports pandas, numpy and polars to convert their
+  objects. It runs unchanged, with the imports of those not loaded yet refused in its own thread
+  (ModuleNotFoundError, which it takes for "not installed"): again, an object of a module that is
+  not loaded cannot be among the params;
 - 0.4 s after the last exit handler: the interpreter's final garbage collection walks every object
   of the heap Snakemake built, to free memory the operating system reclaims at exit anyway.
   `gc.freeze()` in an exit handler that runs after rlkeep's views are written leaves those objects
@@ -28,7 +34,9 @@ Each patch checks the shape it replaces and does nothing when a Snakemake releas
 from __future__ import annotations
 
 import atexit
+import functools
 import gc
+import importlib.abc
 import sys
 import threading
 from collections.abc import Callable
@@ -56,6 +64,56 @@ def params_check_without_pandas_import() -> bool:
     ):
         return False
     PersistenceBase._serialize_param = property(serializer_for_loaded_modules)
+    return True
+
+
+CONVERTED_PARAM_MODULES = ("pandas", "numpy", "polars")  # what _safely_store_params imports to convert
+
+
+class _RefusedInThisThread(importlib.abc.MetaPathFinder):
+    """Refuses, in the thread that asked, the imports of the names in `refused.names`."""
+
+    refused = threading.local()
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> None:
+        if name in getattr(self.refused, "names", ()):
+            raise ModuleNotFoundError(f"No module named {name!r} (not loaded: rlkeep.snakemake_process)", name=name)
+        return None
+
+
+_REFUSER = _RefusedInThisThread()
+
+
+def with_loaded_modules_only(store: Callable[..., Any]) -> Callable[..., Any]:
+    """`store` (Snakemake._safely_store_params) with the imports of CONVERTED_PARAM_MODULES that are
+    not loaded yet refused while it runs, in its thread only."""
+    @functools.wraps(store)
+    def stored(self: Any, params: Any) -> Any:
+        previous = getattr(_REFUSER.refused, "names", ())
+        _REFUSER.refused.names = {name for name in CONVERTED_PARAM_MODULES if name not in sys.modules}
+        try:
+            return store(self, params)
+        finally:
+            _REFUSER.refused.names = previous
+
+    stored.__rlkeep_patched__ = True  # type: ignore[attr-defined]
+    return stored
+
+
+def script_params_without_pandas_import() -> bool:
+    """Wrap Snakemake's `Snakemake._safely_store_params` in `with_loaded_modules_only`. False (and
+    nothing changed) when this Snakemake has no such method."""
+    try:
+        from snakemake.iocontainers import Snakemake
+    except ImportError:
+        return False
+    store = Snakemake.__dict__.get("_safely_store_params")
+    if not callable(store):
+        return False
+    if not getattr(store, "__rlkeep_patched__", False):
+        Snakemake._safely_store_params = with_loaded_modules_only(store)
+    if _REFUSER not in sys.meta_path:
+        sys.meta_path.insert(0, _REFUSER)
     return True
 
 
