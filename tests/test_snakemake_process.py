@@ -1,9 +1,9 @@
-"""rlkeep.snakemake_process: the installed Snakemake still has the shape the patches replace, the
-params serializer chosen is Snakemake's own for every value, and in a real invocation of the
-pipeline the params check imports no pandas (nor does handing a script job its params), a changed
-param still reruns its step, and the
-process leaves its heap out of the last collection; the rescheduling timers the finished scheduler
-left are cancelled, and no other timer.
+"""rlkeep.snakemake_process: the installed Snakemake still has the shape the patches replace; the
+params serializer chosen is Snakemake's own for every value; a script job's params are stored as
+Snakemake stores them without importing pandas; in a real invocation of the pipeline the params check
+imports no pandas, a changed param still reruns its step, the process leaves its heap out of the
+last collection, and the rescheduling timers the finished scheduler left are cancelled (and no
+other timer).
 """
 from __future__ import annotations
 
