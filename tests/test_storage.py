@@ -215,6 +215,43 @@ def test_small_uploads_are_presigned_puts_whose_md5_the_store_checks(
     assert (refused.value.status, refused.value.code) == (400, "BadDigest")
     assert not store.exists("changed.bin")
 
+def test_a_store_that_refuses_presigned_puts_gets_put_object_from_then_on(tmp_path: Path, monkeypatch, caplog) -> None:
+    """moto 5.2 refuses every presigned URL that names a Content-MD5 (it looks the header up as
+    "Content-MD5" where its server spells it "Content-Md5"): the first refusal switches the store to
+    put_object, said once, and every object arrives whole."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from rlkeep.storage import s3_client, upload_tree
+    from rlkeep.storage.signer import query_signer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        for name, value in (("AWS_ENDPOINT_URL_S3", f"http://{host}:{port}"), ("AWS_ACCESS_KEY_ID", "moto-key"),
+                            ("AWS_SECRET_ACCESS_KEY", "moto-secret"), ("AWS_DEFAULT_REGION", "us-east-1")):
+            monkeypatch.setenv(name, value)
+        _fresh_client(monkeypatch, tmp_path, "s3")
+        boto3.client("s3").create_bucket(Bucket="moto")
+        assert "PUT" in query_signer(s3_client(), "moto").methods
+        contents = {f"trial-{n}/result.json": os.urandom(100 + n) for n in range(12)}
+        source = tmp_path / "tree"
+        for key, data in contents.items():
+            (source / key).parent.mkdir(parents=True, exist_ok=True)
+            (source / key).write_bytes(data)
+        store = open_store("s3://moto/run")
+        with caplog.at_level("WARNING", logger="rlkeep.storage.s3"):
+            assert upload_tree(source, store) == len(contents)
+        assert {key: store.read_bytes(key) for key in contents} == contents
+        assert "PUT" not in query_signer(s3_client(), "moto").methods
+        said = [r.getMessage() for r in caplog.records if "refused a presigned PUT" in r.getMessage()]
+        assert said == ["s3://moto/run: the store refused a presigned PUT's signature; uploading with put_object "
+                        "from now on"]
+    finally:
+        server.stop()
+
+
 
 @pytest.mark.parametrize("kind", ["reset", "slowdown", "error500"])
 def test_presigned_puts_are_retried_through_transient_faults(bucket: str, s3_server, tmp_path: Path, monkeypatch,

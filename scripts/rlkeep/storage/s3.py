@@ -188,16 +188,19 @@ class S3Store:
         As with reads, the default path presigns the request (rlkeep.storage.signer, where botocore's
         own presigned PUT was reproduced) and sends it on this thread's keep-alive connection, with
         its Content-MD5 signed so the store checks what arrived: put_object's client CPU was most of
-        the time of uploading many small files. RLKEEP_S3_PRESIGNED_PUT=0 uses put_object.
+        the time of uploading many small files. RLKEEP_S3_PRESIGNED_PUT=0 uses put_object, and so does
+        every later upload to a store that refused a presigned PUT's signature (S3-compatible stores
+        differ there: moto, for one, looks for the Content-MD5 header under another spelling).
         """
         full, what = self.full_key(key), self.url_of(key)
         client = s3_client()
         signer = query_signer(client, self.bucket)
-        if signer is None or "PUT" not in signer.methods or os.environ.get("RLKEEP_S3_PRESIGNED_PUT", "1") == "0":
-            def put_object() -> object:
-                body.seek(0)
-                return client.put_object(Bucket=self.bucket, Key=full, Body=body)
 
+        def put_object() -> object:
+            body.seek(0)
+            return client.put_object(Bucket=self.bucket, Key=full, Body=body)
+
+        if signer is None or "PUT" not in signer.methods or os.environ.get("RLKEEP_S3_PRESIGNED_PUT", "1") == "0":
             self.call(f"{what}: upload", put_object)
             return
 
@@ -211,7 +214,15 @@ class S3Store:
             target = signer.target(full, "PUT", content_md5)
             connection_for(signer.scheme, signer.host).put(target, body, length, content_md5)
 
-        self._attempts(what, "upload", put, lambda: None)
+        try:
+            self._attempts(what, "upload", put, lambda: None)
+        except ObjectDenied as denied:
+            if denied.code != "SignatureDoesNotMatch":
+                raise
+            if signer.refuse_puts():
+                log.warning("%s: the store refused a presigned PUT's signature; uploading with put_object "
+                            "from now on", self.url)
+            self.call(f"{what}: upload", put_object)
 
     def read_bytes(self, key: str) -> bytes:
         buffer = io.BytesIO()

@@ -145,6 +145,13 @@ class QuerySigner:
         signature = hmac.new(self._signing_key(date, frozen.secret_key), to_sign.encode(), hashlib.sha256).hexdigest()  # type: ignore[attr-defined]
         return f"{query}&X-Amz-Signature={signature}"
 
+    def refuse_puts(self) -> bool:
+        """Offer no more PUTs (the store refused one's signature though botocore would have signed it
+        so); whether they were offered until now."""
+        offered = "PUT" in self.methods
+        self.methods = self.methods - {"PUT"}
+        return offered
+
     def target(self, key: str, method: str = "GET", content_md5: str = "") -> str:
         """The request target (path and query) of a presigned request for the bucket's key; `method`
         one of `methods`, a PUT with the Content-MD5 header it will carry."""
