@@ -163,11 +163,9 @@ def test_the_timers_of_the_installed_schedulers_rate_limit_are_cancelled_and_no_
     assert cancel_rescheduling_timers() == 0
 
 
-
 STORE_PARAMS = """
 import sys, json
-from snakemake.iocontainers import Params
-from snakemake.iocontainers import Snakemake
+from snakemake.iocontainers import Params, Snakemake
 if sys.argv[1] == "patched":
     from rlkeep.snakemake_process import script_params_without_pandas_import
     assert script_params_without_pandas_import()
@@ -194,8 +192,7 @@ def test_a_script_jobs_params_are_stored_as_snakemake_stores_them_without_import
 
 
 def test_with_pandas_loaded_its_objects_are_converted_as_before() -> None:
-    from snakemake.iocontainers import Params
-    from snakemake.iocontainers import Snakemake
+    from snakemake.iocontainers import Params, Snakemake
 
     upstream_store = Snakemake.__dict__["_safely_store_params"]
     assert script_params_without_pandas_import()

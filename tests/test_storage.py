@@ -215,6 +215,7 @@ def test_small_uploads_are_presigned_puts_whose_md5_the_store_checks(
     assert (refused.value.status, refused.value.code) == (400, "BadDigest")
     assert not store.exists("changed.bin")
 
+
 def test_a_store_that_refuses_presigned_puts_gets_put_object_from_then_on(tmp_path: Path, monkeypatch, caplog) -> None:
     """moto 5.2 refuses every presigned URL that names a Content-MD5 (it looks the header up as
     "Content-MD5" where its server spells it "Content-Md5"): the first refusal switches the store to
@@ -250,7 +251,6 @@ def test_a_store_that_refuses_presigned_puts_gets_put_object_from_then_on(tmp_pa
                         "from now on"]
     finally:
         server.stop()
-
 
 
 @pytest.mark.parametrize("kind", ["reset", "slowdown", "error500"])

@@ -1,7 +1,8 @@
 """Four costs of the Snakemake process that rlkeep takes off without changing what Snakemake decides.
 
 Measured on the demo's no-op (`snakemake --profile local rl-demo/DONE` over a finished run, Snakemake
-9.27, no SLURM plugin; tests/benchmarks/bench_invocation.py): 2.0-2.5 s and 175 MB, of which
+9.27, no SLURM plugin; tests/benchmarks/bench_invocation.py): 2.0-2.5 s and 175 MB, of which the
+first and third below; the second and fourth are paid by every invocation that runs a job:
 
 - 0.4 s and about 68 MB are pandas (with numpy and pyarrow): to compare a job's params with the
   ones it ran with, Snakemake's `PersistenceBase._serialize_param` picks a pandas-aware serializer
