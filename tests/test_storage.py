@@ -253,6 +253,29 @@ def test_a_store_that_refuses_presigned_puts_gets_put_object_from_then_on(tmp_pa
         server.stop()
 
 
+def test_an_upload_whose_presigned_put_was_refused_by_another_thread_meanwhile_goes_by_put_object(
+        bucket: str, tmp_path: Path, monkeypatch) -> None:
+    """Seen in CI on moto: one thread of upload_tree found the store refusing presigned PUTs while
+    another had already chosen to presign; that one failed ("PUT requests are not proven ...")."""
+    from rlkeep.storage import s3_client
+    from rlkeep.storage.signer import query_signer
+
+    _fresh_client(monkeypatch, tmp_path, "s3")
+    signer = query_signer(s3_client(), bucket)
+    assert "PUT" in signer.methods
+    sign = signer.target
+
+    def refused_meanwhile(key: str, method: str = "GET", content_md5: str = "") -> str:
+        if method == "PUT":
+            signer.refuse_puts()  # what the other thread did between this one's choice and its signing
+        return sign(key, method, content_md5)
+
+    monkeypatch.setattr(signer, "target", refused_meanwhile)
+    store = open_store(f"s3://{bucket}/meanwhile")
+    store.put_bytes("one.json", b'{"sent": "by put_object"}')
+    assert store.read_bytes("one.json") == b'{"sent": "by put_object"}'
+
+
 @pytest.mark.parametrize("kind", ["reset", "slowdown", "error500"])
 def test_presigned_puts_are_retried_through_transient_faults(bucket: str, s3_server, tmp_path: Path, monkeypatch,
                                                              kind: str) -> None:

@@ -23,7 +23,7 @@ from rlkeep.storage.failures import (HttpStatusError, StoreThrottled, StoreUnava
                                      describe_error, is_missing, is_retryable, is_throttle, retry_after_seconds,
                                      throttle_pause)
 from rlkeep.storage.objects import CHUNK, ObjectChanged, ObjectDenied, ObjectInfo, ObjectMissing, check_key, hash_stream
-from rlkeep.storage.signer import query_signer
+from rlkeep.storage.signer import MethodNotOffered, query_signer
 from rlkeep.urls import join_url
 
 log = logging.getLogger(__name__)
@@ -204,24 +204,31 @@ class S3Store:
             self.call(f"{what}: upload", put_object)
             return
 
-        def put() -> None:
+        def put() -> bool:
+            """False, sending nothing, once the store refused presigned PUTs (another thread may find out)."""
             body.seek(0)
             md5, length = hashlib.md5(usedforsecurity=False), 0
             for chunk in iter(lambda: body.read(CHUNK), b""):
                 md5.update(chunk)
                 length += len(chunk)
             content_md5 = base64.b64encode(md5.digest()).decode()
-            target = signer.target(full, "PUT", content_md5)
+            try:
+                target = signer.target(full, "PUT", content_md5)
+            except MethodNotOffered:
+                return False
             connection_for(signer.scheme, signer.host).put(target, body, length, content_md5)
+            return True
 
         try:
-            self._attempts(what, "upload", put, lambda: None)
+            sent = self._attempts(what, "upload", put, lambda: None)
         except ObjectDenied as denied:
             if denied.code != "SignatureDoesNotMatch":
                 raise
             if signer.refuse_puts():
                 log.warning("%s: the store refused a presigned PUT's signature; uploading with put_object "
                             "from now on", self.url)
+            sent = False
+        if not sent:
             self.call(f"{what}: upload", put_object)
 
     def read_bytes(self, key: str) -> bytes:

@@ -13,6 +13,10 @@ from urllib.parse import parse_qsl, quote, urlsplit
 from rlkeep.storage.client import clients_lock, credentials_of
 
 
+class MethodNotOffered(ValueError):
+    """A presigned request of a method the signer does not (or no longer does) offer."""
+
+
 class QuerySigner:
     """Presigns GETs and PUTs of one bucket exactly as botocore would, at a fraction of its CPU.
 
@@ -156,7 +160,7 @@ class QuerySigner:
         """The request target (path and query) of a presigned request for the bucket's key; `method`
         one of `methods`, a PUT with the Content-MD5 header it will carry."""
         if method not in self.methods:
-            raise ValueError(f"{method} requests are not proven to sign as botocore would")
+            raise MethodNotOffered(f"{method} requests are not proven to sign as botocore would, or the store refused them")
         frozen = self._frozen_credentials()
         second = int(time.time())
         if self.version == 2:
