@@ -26,6 +26,8 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import zstandard
 
 from rlkeep.errors import RlkeepError
@@ -421,3 +423,10 @@ def test_encoded_forms_across_a_window_edge_stream_as_they_redact_in_memory(shif
     streamed = redactor.redact_stream(io.BytesIO(data).read, Collect())
     assert b"".join(pieces) == expected and streamed == found
     assert not leaks(expected, creds)
+
+
+@settings(max_examples=300, deadline=None)
+@given(dirty=st.frozensets(st.text(alphabet=":ab/", max_size=12), max_size=6), where=st.text(alphabet=":ab/", max_size=12))
+def test_a_member_is_dirty_exactly_when_it_had_a_finding_or_holds_one(dirty: frozenset[str], where: str) -> None:
+    walker = Walker(Redactor(), dirty=dirty)
+    assert walker.is_dirty(where) == (where in dirty or any(path.startswith(where + "::") for path in dirty))

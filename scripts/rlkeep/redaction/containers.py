@@ -16,6 +16,7 @@ import shutil
 import tarfile
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable
@@ -69,6 +70,15 @@ class _WriteAll:
 
     def abort(self) -> None:
         pass
+
+
+def _enclosing(path: str) -> Iterator[str]:
+    """The path and every member that holds it: each prefix that a separator follows."""
+    yield path
+    at = path.find(SEPARATOR)
+    while at != -1:
+        yield path[:at]
+        at = path.find(SEPARATOR, at + 1)
 
 
 @dataclass
@@ -133,9 +143,16 @@ class Walker:
             with open_compressor(out, what, head) as writer:
                 self.process(reader, inner, member_path(where, inner), writer, depth + 1)
 
+    def __post_init__(self) -> None:
+        # a member is rewritten when it had a finding or holds one: every prefix of a dirty path
+        # that ends before a separator is dirty too, looked up in one set (a scan per member grew
+        # with the square of the member count)
+        self._dirty_or_holding: frozenset[str] = frozenset() if self.dirty is None else frozenset(
+            prefix for path in self.dirty for prefix in _enclosing(path))
+
     def is_dirty(self, where: str) -> bool:
         assert self.dirty is not None
-        return where in self.dirty or any(path.startswith(where + SEPARATOR) for path in self.dirty)
+        return where in self._dirty_or_holding
 
     def _spooled(self, source: BinaryIO) -> tempfile._TemporaryFileWrapper:  # type: ignore[type-arg]
         spool = tempfile.NamedTemporaryFile(prefix=".rlkeep-member-", dir=self.work_dir)
