@@ -92,7 +92,6 @@ def main() -> int:
     rounds = args.rounds or (3 if args.quick else 7)
     demo_rounds = args.demo_rounds or (1 if args.quick else 2)
     python = args.python
-    plugin = subprocess.run([str(python), "-c", f"import {peers.SLURM_PLUGIN}"], capture_output=True).returncode == 0
     work_root = Path(os.environ.get("RLKEEP_BENCH_TMP", tempfile.gettempdir()))
     env = {**os.environ, "PYTHONPATH": str(REPO / "scripts")}
     results: dict[str, Any] = {}
@@ -135,14 +134,13 @@ def main() -> int:
         if not args.no_demo:
             results["demo"] = summary(peers.interleave([demo(n, s) for n, s in variants().items()], demo_rounds))
     figures = {
-        "python": str(python), "slurm_plugin_installed": plugin,
-        "venv": "make setup's .venv (SLURM plugin included)" if plugin else "a venv without the SLURM plugin",
+        "python": peers.shown(python), "venv": peers.venv_label(python),
         "keep_rule": f"a patch stays when it gains >= {KEEP_SECONDS} s or >= {KEEP_FRACTION:.0%} of a command",
         "note": "2-core machine shared with other developers' tests and benchmarks: see loadavg_before per run",
         **results,
     }
     path = peers.write_results("bench_patches_quick" if args.quick else "bench_patches", figures)
-    print(json.dumps({"bench": "patches", "python": str(python), "slurm_plugin_installed": plugin,
+    print(json.dumps({"bench": "patches", "python": peers.shown(python), "venv": figures["venv"],
                       **{command: {"all_on_seconds": results[command]["seconds"]["all on"]["median"],
                                    "gain_seconds_median": {n: g["median"] for n, g in results[command]["gain_seconds"].items()},
                                    "gain_cpu_seconds_median": {n: g["median"] for n, g in
