@@ -164,14 +164,17 @@ print(json.dumps({"xet_disabled": constants.HF_HUB_DISABLE_XET, "refused": refus
 """
 
 
-@pytest.mark.parametrize("order", ["rlkeep.hub first", "huggingface_hub first"])
-def test_xet_is_off_by_the_environment_before_import_and_a_late_import_is_refused_clearly(order: str) -> None:
-    env = {key: value for key, value in os.environ.items() if key != "HF_HUB_DISABLE_XET"}
-    result = subprocess.run([sys.executable, "-c", HUB_SCRIPT, order], capture_output=True, text=True, env=env,
-                            check=True)
-    state = json.loads(result.stdout)
-    if order == "rlkeep.hub first":
-        assert state == {"xet_disabled": True, "refused": None, "hooks_kept": True,
-                         "rate_limited": "RateLimitTransport"}
-    else:
-        assert state["xet_disabled"] is False and "HF_HUB_DISABLE_XET=1" in state["refused"]
+def hub_state(order: str, **env: str) -> dict:
+    environment = {key: value for key, value in os.environ.items() if key != "HF_HUB_DISABLE_XET"}
+    result = subprocess.run([sys.executable, "-c", HUB_SCRIPT, order], capture_output=True, text=True,
+                            env={**environment, **env}, check=True)
+    return json.loads(result.stdout)
+
+
+def test_xet_is_off_by_the_environment_before_import_and_a_late_import_is_refused_clearly() -> None:
+    assert hub_state("rlkeep.hub first") == {"xet_disabled": True, "refused": None, "hooks_kept": True,
+                                             "rate_limited": "RateLimitTransport"}
+    late = hub_state("huggingface_hub first")
+    assert late["xet_disabled"] is False and "set HF_HUB_DISABLE_XET=1 in the environment" in late["refused"]
+    # the remedy the message names
+    assert hub_state("huggingface_hub first", HF_HUB_DISABLE_XET="1")["refused"] is None

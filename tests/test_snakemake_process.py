@@ -60,6 +60,18 @@ def test_install_switches_the_patches_on_only_on_a_proven_version_and_unless_swi
     assert said.count("\n") == 1 and "Snakemake 99.0.0 is not among the versions" in said
 
 
+def test_the_workflow_reads_fall_back_to_the_answer_that_costs_only_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlkeep.settled import planning_is_forced
+
+    workflow = SimpleNamespace()  # a Snakemake without the attributes read
+    assert snakemake_process.dag_settings(workflow) is None and planning_is_forced(None)
+    monkeypatch.setattr(sys, "argv", ["snakemake", "--profile", "local", "x/DONE"])
+    assert snakemake_process.is_main_process(workflow)
+    monkeypatch.setattr(sys, "argv", ["python", "-m", "snakemake", "--mode", "remote", "x/DONE"])
+    assert not snakemake_process.is_main_process(workflow)
+    assert not snakemake_process.is_main_process(SimpleNamespace(is_main_process=False))
+
+
 def test_the_lock_pins_a_snakemake_version_the_patches_are_proven_on() -> None:
     from importlib.metadata import version
 
