@@ -14,12 +14,7 @@ from rlkeep.errors import RecordError
 from rlkeep.jsonio import key_sorted
 from rlkeep.pipeline import evidence_of, kind_has, verify_sentinels
 from rlkeep.records import load_record, record_path
-from rlkeep.snakemake_process import (
-    cancel_rescheduling_timers,
-    exit_without_final_collection,
-    params_check_without_pandas_import,
-    script_params_without_pandas_import,
-)
+from rlkeep import snakemake_process
 from rlkeep.settled import (
     admitted_jobs,
     named_in_config,
@@ -113,7 +108,7 @@ def get_all_done_targets(wildcards):
     and planning says so), and a job whose record does not load is refused (planning names
     each, with its error). An input function, so Snakemake's DAG settings (--forcerun, ...) are known.
     """
-    forced = planning_is_forced(workflow.dag_settings)
+    forced = planning_is_forced(snakemake_process.dag_settings(workflow))
     max_new_jobs = get_max_new_jobs()
     admission = admitted_jobs(
         [Path(path).stem for path in get_record_files()],
@@ -435,23 +430,21 @@ def write_views():
 
 ##### the Snakemake process's own cost (rlkeep.snakemake_process) #####
 
-params_check_without_pandas_import()
-script_params_without_pandas_import()
-# registered before write_views, so it runs after it (exit handlers run last-registered first)
-exit_without_final_collection()
+# before write_views is registered, so the patches' exit handler runs after it
+snakemake_process.install()
 
 # Only Snakemake's own process (not a job it runs elsewhere), and only in a data root.
-if workflow.is_main_process and (DATA_ROOT / RECORDS_DIR).is_dir():
+if snakemake_process.is_main_process(workflow) and (DATA_ROOT / RECORDS_DIR).is_dir():
     atexit.register(write_views)
 
 
 onsuccess:
-    cancel_rescheduling_timers()
+    snakemake_process.scheduler_finished()
     repeat_planning_notes()
 
 
 onerror:
-    cancel_rescheduling_timers()
+    snakemake_process.scheduler_finished()
     repeat_planning_notes()
 
 

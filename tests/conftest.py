@@ -26,6 +26,8 @@ REPO = Path(__file__).resolve().parents[1]
 _bucket_numbers = itertools.count()
 # every Snakemake start would otherwise wait ~9 s on scontrol where SLURM's client has no cluster
 os.environ.update(no_cluster_env(Path(tempfile.mkdtemp(prefix="rlkeep-no-slurm-"))))
+# as rlkeep.hub sets it, before any test module imports huggingface_hub (which reads it once)
+os.environ["HF_HUB_DISABLE_XET"] = "1"
 
 
 @pytest.fixture(scope="session")

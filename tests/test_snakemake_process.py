@@ -1,136 +1,130 @@
-"""rlkeep.snakemake_process: the installed Snakemake still has the shape the patches replace; the
-params serializer chosen is Snakemake's own for every value; a script job's params are stored as
-Snakemake stores them without importing pandas; in a real invocation of the pipeline the params check
-imports no pandas, a changed param still reruns its step, the process leaves its heap out of the
-last collection, and the rescheduling timers the finished scheduler left are cancelled (and no
-other timer).
+"""rlkeep.snakemake_process: install() switches the patches on only on a proven Snakemake and
+unless RLKEEP_NO_PATCHES says otherwise; the installed Snakemake still has the shape they act on; in
+a real invocation of the pipeline the process leaves its heap out of the last collection and the
+rescheduling timers the finished scheduler left are cancelled (and no other timer), and with the
+switch set neither happens while the run's results stay the same.
 """
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
 from pathlib import Path
 from types import SimpleNamespace
 
-import pandas as pd
 import pytest
-from snakemake.persistence import PersistenceBase
 
-from rlkeep.snakemake_process import (cancel_rescheduling_timers, params_check_without_pandas_import,
-                                      script_params_without_pandas_import, serializer_for_loaded_modules)
+from rlkeep import snakemake_process
+from rlkeep.snakemake_process import cancel_rescheduling_timers
 from rlkeep_dev.example.kinds import write_datagen_run
 from tests.conftest import REPO, run_snakemake, write_record
 from tests.support.memory import exit_facts, exit_facts_script
 
 JOB = "dg-noop"
-SERIALIZERS_SOURCE = """
-from snakemake.persistence import PersistenceBase
-class Serializers:  # Snakemake's two params serializers, which use no state of a persistence backend
-    _serialize_param_builtin = PersistenceBase._serialize_param_builtin
-    _serialize_param_pandas = PersistenceBase._serialize_param_pandas
+
+
+def test_the_switch_names_all_patches_or_some() -> None:
+    assert snakemake_process.switched_off({}) == frozenset()
+    assert snakemake_process.switched_off({"RLKEEP_NO_PATCHES": "0"}) == frozenset()
+    assert snakemake_process.switched_off({"RLKEEP_NO_PATCHES": "1"}) == frozenset(snakemake_process.PATCHES)
+    assert snakemake_process.switched_off({"RLKEEP_NO_PATCHES": "final_collection"}) == {"final_collection"}
+    assert snakemake_process.switched_off({"RLKEEP_NO_PATCHES": "yes"}) == frozenset(snakemake_process.PATCHES)
+
+
+INSTALL = """
+import atexit, json, sys
+registered = []
+atexit.register = lambda function, *a, **k: registered.append(function.__name__)
+from rlkeep import snakemake_process as p
+on = p.install(snakemake_version=sys.argv[1])
+print(json.dumps({"on": sorted(on), "exit_handlers": registered}))
 """
-exec(SERIALIZERS_SOURCE)
-VALUES = [None, 3, 2.5, True, "s3://bucket/prefix", ["a", 1], ("x",), {"rule": "last", "n": 2}, {1, 2},
-          b"raw", range(3)]
 
 
-def test_the_installed_snakemake_has_the_choice_the_patch_replaces() -> None:
-    assert params_check_without_pandas_import() is True
-    assert isinstance(PersistenceBase.__dict__["_serialize_param"], property)
-    assert PersistenceBase.__dict__["_serialize_param"].fget is serializer_for_loaded_modules
+def installed(version: str, switch: str = "") -> tuple[dict, str]:
+    result = subprocess.run([sys.executable, "-c", INSTALL, version], capture_output=True, text=True, check=True,
+                            env={**os.environ, "RLKEEP_NO_PATCHES": switch})
+    return json.loads(result.stdout), result.stderr
 
 
-@pytest.mark.parametrize("value", VALUES, ids=repr)
-def test_every_plain_value_serializes_as_snakemake_would_with_pandas(value: object) -> None:
-    serializers = Serializers()  # noqa: F821 - defined by SERIALIZERS_SOURCE
-    assert serializers._serialize_param_builtin(value) == serializers._serialize_param_pandas(value)
-    # pandas is loaded in this process: the pandas-aware one, as Snakemake chooses
-    assert serializer_for_loaded_modules(serializers) == serializers._serialize_param_pandas
+def test_install_switches_the_patches_on_only_on_a_proven_version_and_unless_switched_off() -> None:
+    proven = sorted(snakemake_process.PROVEN_SNAKEMAKE_VERSIONS)[0]
+    assert installed(proven) == ({"on": sorted(snakemake_process.PATCHES),
+                                  "exit_handlers": ["skip_final_collection"]}, "")
+    assert installed(proven, "1") == ({"on": [], "exit_handlers": []}, "")
+    assert installed(proven, "final_collection") == ({"on": ["rescheduling_timers"], "exit_handlers": []}, "")
+    state, said = installed("99.0.0")
+    assert state == {"on": [], "exit_handlers": []}  # an unproven version runs Snakemake as it ships
+    assert said.count("\n") == 1 and "Snakemake 99.0.0 is not among the versions" in said
 
 
-def test_before_pandas_is_loaded_the_builtin_serializer_is_chosen_and_pandas_stays_unloaded() -> None:
-    script = (
-        "import sys\n"
-        "from rlkeep.snakemake_process import serializer_for_loaded_modules\n"
-        f"{SERIALIZERS_SOURCE}\n"
-        "serializers = Serializers()\n"
-        "chosen = serializer_for_loaded_modules(serializers)\n"
-        "assert chosen == serializers._serialize_param_builtin\n"
-        f"print(repr([chosen(value) for value in {VALUES!r}]))\n"
-        "print('pandas' in sys.modules)\n"
-    )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    serialized, pandas_loaded = result.stdout.splitlines()
-    assert pandas_loaded == "False"
-    serializers = Serializers()  # noqa: F821 - defined by SERIALIZERS_SOURCE
-    assert serialized == repr([serializers._serialize_param_pandas(value) for value in VALUES])
-    # the values pandas-aware serialization exists for are pandas objects: made only with pandas loaded
-    frame = pd.DataFrame({"a": [1, 2]})
-    assert serializers._serialize_param_pandas(frame) == repr(pd.util.hash_pandas_object(frame).tolist())
+def test_the_workflow_reads_fall_back_to_the_answer_that_costs_only_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlkeep.settled import planning_is_forced
+
+    workflow = SimpleNamespace()  # a Snakemake without the attributes read
+    assert snakemake_process.dag_settings(workflow) is None and planning_is_forced(None)
+    monkeypatch.setattr(sys, "argv", ["snakemake", "--profile", "local", "x/DONE"])
+    assert snakemake_process.is_main_process(workflow)
+    monkeypatch.setattr(sys, "argv", ["python", "-m", "snakemake", "--mode", "remote", "x/DONE"])
+    assert not snakemake_process.is_main_process(workflow)
+    assert not snakemake_process.is_main_process(SimpleNamespace(is_main_process=False))
+
+
+def test_the_lock_pins_a_snakemake_version_the_patches_are_proven_on() -> None:
+    from importlib.metadata import version
+
+    pins = [line.split("==")[1].strip() for line in (REPO / "requirements.lock").read_text().splitlines()
+            if line.startswith("snakemake==")]
+    assert pins and pins[0] in snakemake_process.PROVEN_SNAKEMAKE_VERSIONS
+    assert version("snakemake") == pins[0]  # the suite runs on the version it proves
 
 
 def watched_snakemake_script() -> str:
-    """exit_facts_script("snakemake"), also writing to FACTS_FILE + ".extra" the source files on the
-    stack when pandas was first imported and the module of the params serializer chooser in use."""
+    """exit_facts_script("snakemake"), also writing to FACTS_FILE + ".timers" how many timers were
+    still pending when the interpreter began to shut down (before it joins the threads left)."""
     watch = (
-        "import atexit, importlib.abc, json, sys, traceback\n"
-        "EXTRA = {'pandas_importer': None, 'chooser_module': None}\n"
-        "EXTRA_FILE = sys.argv[1] + '.extra'\n"
-        "class FirstImportOfPandas(importlib.abc.MetaPathFinder):\n"
-        "    def find_spec(self, name, path, target=None):\n"
-        "        if name == 'pandas' and 'pandas' not in sys.modules:\n"
-        "            EXTRA['pandas_importer'] = [frame.filename for frame in traceback.extract_stack()]\n"
-        "        return None\n"
-        "sys.meta_path.insert(0, FirstImportOfPandas())\n"
-        "def report():\n"
-        "    from snakemake.persistence import PersistenceBase\n"
-        "    EXTRA['chooser_module'] = PersistenceBase.__dict__['_serialize_param'].fget.__module__\n"
-        "    with open(EXTRA_FILE, 'w') as out:\n"
-        "        json.dump(EXTRA, out)\n"
-        "atexit.register(report)\n"
-        "import threading\n"
-        "def at_shutdown():  # before the interpreter joins the threads left, so before exit handlers\n"
-        "    EXTRA['pending_timers'] = sum(1 for thread in threading.enumerate()\n"
-        "                                  if isinstance(thread, threading.Timer) and not thread.finished.is_set())\n"
+        "import json, sys, threading\n"
+        "TIMERS_FILE = sys.argv[1] + '.timers'\n"
+        "def at_shutdown():\n"
+        "    pending = sum(1 for thread in threading.enumerate()\n"
+        "                  if isinstance(thread, threading.Timer) and not thread.finished.is_set())\n"
+        "    with open(TIMERS_FILE, 'w') as out:\n"
+        "        json.dump(pending, out)\n"
         "threading._register_atexit(at_shutdown)\n"
     )
     return watch + exit_facts_script("snakemake")
 
 
-def test_a_real_invocation_checks_params_without_pandas_freezes_its_heap_and_leaves_no_timer(
-        tmp_path: Path, data_root: Path) -> None:
+@pytest.mark.parametrize("switch", ["", "1"], ids=["patched", "RLKEEP_NO_PATCHES=1"])
+def test_a_real_invocation_freezes_its_heap_and_leaves_no_timer_unless_switched_off(
+        tmp_path: Path, data_root: Path, switch: str) -> None:
     run = write_datagen_run(tmp_path / "runs" / JOB, job=JOB, n_trials=12)
     write_record(data_root, run.record(store_url=f"file://{run.root}"))
-    first = run_snakemake(data_root, f"{JOB}/DONE")
+    first = run_snakemake(data_root, f"{JOB}/DONE", env={"RLKEEP_NO_PATCHES": switch})
     assert first.returncode == 0, first.stderr[-3000:]
-
+    patched = switch == ""
     facts_file = tmp_path / "facts.json"
 
     def invoke(*extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-c", watched_snakemake_script(), str(facts_file), "--snakefile", str(REPO / "Snakefile"),
              "--profile", str(REPO / "profiles" / "local"), f"{JOB}/DONE", *extra],
-            cwd=data_root, capture_output=True, text=True, timeout=300)
+            cwd=data_root, capture_output=True, text=True, timeout=300,
+            env={**os.environ, "RLKEEP_NO_PATCHES": switch})
 
     no_op = invoke()
     assert no_op.returncode == 0 and "Nothing to be done" in no_op.stdout + no_op.stderr, no_op.stderr[-3000:]
-    facts = exit_facts(facts_file)
-    assert facts["frozen_objects"] > 10_000  # the heap Snakemake built, left out of the last collection
-    extra = json.loads(facts_file.with_name("facts.json.extra").read_text())
-    assert extra["chooser_module"] == "rlkeep.snakemake_process"  # the params check ran with ours
-    stack = extra["pandas_importer"]
-    if stack is not None:
-        # an executor plugin may load pandas itself (the SLURM plugin's efficiency report does, and
-        # the test environment has it); the params check of the jobs above must not
-        assert not any("snakemake/persistence" in frame for frame in stack), "\n".join(stack)
-        assert any("snakemake_executor_plugin_" in frame for frame in stack), "\n".join(stack)
+    frozen = exit_facts(facts_file)["frozen_objects"]
+    # the heap Snakemake built, left out of the last collection (none without the patches)
+    assert frozen > 10_000 if patched else frozen == 0
 
-    # a run of a job leaves the scheduler's rate-limit timers, cancelled once it finished
+    # a run of a job leaves the scheduler's rate-limit timer, cancelled once it finished (waited out without)
     forced = invoke("--forcerun", "done")
     assert forced.returncode == 0 and "1 of 1 steps (100%) done" in forced.stdout + forced.stderr, forced.stderr[-3000:]
-    assert json.loads(facts_file.with_name("facts.json.extra").read_text())["pending_timers"] == 0
+    pending = json.loads(facts_file.with_name("facts.json.timers").read_text())
+    assert pending == 0 if patched else pending <= 1  # unpatched: the last one, unless it fired meanwhile
 
     # a changed param still reruns its step: the authority reclaim reads from its params
     granted = invoke("-n", "--config", f"reclaim_authorized={JOB}")
@@ -163,65 +157,3 @@ def test_the_timers_of_the_installed_schedulers_rate_limit_are_cancelled_and_no_
     assert cancel_rescheduling_timers() == 0
 
 
-STORE_PARAMS = """
-import sys, json
-from snakemake.iocontainers import Params, Snakemake
-if sys.argv[1] == "patched":
-    from rlkeep.snakemake_process import script_params_without_pandas_import
-    assert script_params_without_pandas_import()
-params = Params(fromdict={"settings": {"workers": 64, "rule": "last"}, "dest": "s3://b/p"})
-job = object.__new__(Snakemake)
-job._safely_store_params(params)
-print(json.dumps({"pandas_loaded": "pandas" in sys.modules, "stored": list(job._params_store),
-                  "names": sorted(map(list, job._params_store._get_names())), "types": job._params_types}))
-"""
-
-
-def test_a_script_jobs_params_are_stored_as_snakemake_stores_them_without_importing_pandas() -> None:
-    """Guard: rlkeep.snakemake_process.script_params_without_pandas_import (Snakemake 9.27 imports
-    pandas here for every script job it prepares, in its own process)."""
-    def store(mode: str) -> dict:
-        result = subprocess.run([sys.executable, "-c", STORE_PARAMS, mode], capture_output=True, text=True, check=True)
-        return json.loads(result.stdout)
-
-    upstream, patched = store("upstream"), store("patched")
-    assert upstream["pandas_loaded"] is True  # the cost: the shape the patch takes off is still there
-    assert patched["pandas_loaded"] is False
-    assert {k: v for k, v in patched.items() if k != "pandas_loaded"} == \
-        {k: v for k, v in upstream.items() if k != "pandas_loaded"}
-
-
-def test_with_pandas_loaded_its_objects_are_converted_as_before() -> None:
-    from snakemake.iocontainers import Params, Snakemake
-
-    upstream_store = Snakemake.__dict__["_safely_store_params"]
-    assert script_params_without_pandas_import()
-    frame = pd.DataFrame({"a": [1, 2]})
-    params = Params(fromdict={"frame": frame, "series": frame["a"], "plain": 3})
-    ours, theirs = object.__new__(Snakemake), object.__new__(Snakemake)
-    ours._safely_store_params(params)
-    (getattr(upstream_store, "__wrapped__", upstream_store))(theirs, params)
-    assert list(ours._params_store) == list(theirs._params_store) == [{"a": {0: 1, 1: 2}}, {0: 1, 1: 2}, 3]
-    assert ours._params_types == theirs._params_types == {0: "pd.DataFrame", 1: "pd.Series"}
-
-
-def test_the_refusal_holds_only_in_the_thread_that_stores_params() -> None:
-    """While one thread stores a job's params, another thread imports what it likes."""
-    script = """
-import sys, threading
-from rlkeep.snakemake_process import _REFUSER, script_params_without_pandas_import
-assert script_params_without_pandas_import()
-_REFUSER.refused.names = {"tomllib", "pandas"}
-try:
-    import tomllib
-    sys.exit("refused nothing")
-except ModuleNotFoundError:
-    pass
-elsewhere = []
-thread = threading.Thread(target=lambda: elsewhere.append(__import__("tomllib").__name__))
-thread.start(); thread.join()
-assert elsewhere == ["tomllib"], elsewhere
-print("ok")
-"""
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr

@@ -1,121 +1,76 @@
-"""Four costs of the Snakemake process that rlkeep takes off without changing what Snakemake decides.
+"""The one place rlkeep changes how the Snakemake process behaves, and reads what Snakemake offers no
+public accessor for.
 
-Measured on the demo's no-op (`snakemake --profile local rl-demo/DONE` over a finished run, Snakemake
-9.27, no SLURM plugin; tests/benchmarks/bench_invocation.py): 2.0-2.5 s and 175 MB, of which the
-first and third below; the second and fourth are paid by every invocation that runs a job:
+`install()`, called once by rules/common.smk, switches on the patches below, only on a Snakemake
+version the suite proves them on (PROVEN_SNAKEMAKE_VERSIONS): on any other version it changes
+nothing and says so in one line, so an upgrade never runs half-patched. RLKEEP_NO_PATCHES=1 switches
+them all off (a comma-separated list of names switches off those only). Every patch is an
+optimisation: the pipeline gives the same results without it, only slower.
+Each one's upstream fix, with a reproduction, is in docs/upstream/; bench/results/
+bench_patches.json has what each one gains on the install `make setup` builds (a patch that gained
+too little to be worth owning was removed: docs/upstream/README.md says which).
 
-- 0.4 s and about 68 MB are pandas (with numpy and pyarrow): to compare a job's params with the
-  ones it ran with, Snakemake's `PersistenceBase._serialize_param` picks a pandas-aware serializer
-  whenever pandas is *installed*, and that serializer imports it. rlkeep's params are plain values
-  and pandas is installed for the steps, so every invocation paid for an import it never used. A
-  value can only be a pandas object if pandas was imported already, so asking `sys.modules` gives
-  the same serialization for every value (an upstream fix to propose);
-- the same import again for every invocation that runs a `script:` job (the sync command's Snakemake
-  peaked at 174-180 MB against the no-op's 111 MB): `Snakemake._safely_store_params`, run in
-  Snakemake's process to hand a job its params, imports pandas, numpy and polars to convert their
-  objects. It runs unchanged, with the imports of those not loaded yet refused in its own thread
-  (ModuleNotFoundError, which it takes for "not installed"): again, an object of a module that is
-  not loaded cannot be among the params;
-- 0.4 s after the last exit handler: the interpreter's final garbage collection walks every object
-  of the heap Snakemake built, to free memory the operating system reclaims at exit anyway.
-  `gc.freeze()` in an exit handler that runs after rlkeep's views are written leaves those objects
-  out of it; files, logs and locks are closed by their own handlers (logging.shutdown, the
-  TemporaryDirectory finalizers) as before, which run after it. Python never promised `__del__` at
-  exit for objects still alive then;
-- up to 1 s between the last job and the exit handlers of any invocation that ran a job: Snakemake's
-  job rate limiter (on by default, --max-jobs-per-timespan 100/1s) arms a 1 s `threading.Timer` to
-  re-run the scheduler after every scheduling round, and the interpreter joins such a non-daemon
-  thread before it runs exit handlers. The scheduler has finished when the onsuccess and onerror
-  handlers run, so `cancel_rescheduling_timers` there stops the timers it left (measured on the
-  demo: 0.66 s of 1.8 s between its last job and its exit).
-
-Each patch checks the shape it replaces and does nothing when a Snakemake release changed it
-(tests/test_snakemake_process.py fails then, so the cost comes back visibly, never silently wrong).
+- `final_collection`: the interpreter's last garbage collection walks every object of the heap
+  Snakemake built, to free memory the operating system reclaims at exit anyway. `gc.freeze()` in an
+  exit handler registered before rlkeep's own (so it runs after them) leaves those objects out;
+  files, logs and locks are closed by their own handlers as before.
+- `rescheduling_timers`: Snakemake's job rate limiter arms a non-daemon `threading.Timer` to re-run
+  the scheduler after every scheduling round, and the interpreter waits for such a thread before it
+  exits. `scheduler_finished()` (the onsuccess and onerror handlers: the scheduler has finished)
+  cancels the ones it left, recognised by the qualname of the method that makes them.
 """
 from __future__ import annotations
 
 import atexit
-import functools
 import gc
-import importlib.abc
+import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+# The Snakemake releases the suite runs the patches on: requirements.lock pins one of them
+# (tests/test_snakemake_process.py checks), and a new pin needs the suite to pass before it is added.
+PROVEN_SNAKEMAKE_VERSIONS = frozenset({"9.27.1"})
+SWITCH = "RLKEEP_NO_PATCHES"
+PATCHES = ("final_collection", "rescheduling_timers")
 
-def serializer_for_loaded_modules(persistence: Any) -> Callable[[Any], Any]:
-    """Snakemake's pandas-aware serializer once pandas is loaded, its builtin one before."""
-    if "pandas" in sys.modules:
-        return persistence._serialize_param_pandas
-    return persistence._serialize_param_builtin
+_installed: set[str] = set()
 
 
-def params_check_without_pandas_import() -> bool:
-    """Replace Snakemake's choice of params serializer by `serializer_for_loaded_modules`.
-    False (and nothing changed) when this Snakemake has no such choice to replace."""
+def switched_off(environ: Mapping[str, str]) -> frozenset[str]:
+    """The patches RLKEEP_NO_PATCHES switches off: all for any value but a list of their names."""
+    value = environ.get(SWITCH, "").strip()
+    if value in ("", "0"):
+        return frozenset()
+    names = {name.strip() for name in value.split(",")}
+    return frozenset(names) if names <= set(PATCHES) else frozenset(PATCHES)
+
+
+def installed_snakemake_version() -> str | None:
     try:
-        from snakemake.persistence import PersistenceBase
-    except ImportError:
-        return False
-    chosen = PersistenceBase.__dict__.get("_serialize_param")
-    if not isinstance(chosen, property) or not all(
-        hasattr(PersistenceBase, name)
-        for name in ("_serialize_param_pandas", "_serialize_param_builtin")
-    ):
-        return False
-    PersistenceBase._serialize_param = property(serializer_for_loaded_modules)
-    return True
-
-
-CONVERTED_PARAM_MODULES = ("pandas", "numpy", "polars")  # what _safely_store_params imports to convert
-
-
-class _RefusedInThisThread(importlib.abc.MetaPathFinder):
-    """Refuses, in the thread that asked, the imports of the names in `refused.names`."""
-
-    refused = threading.local()
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> None:
-        if name in getattr(self.refused, "names", ()):
-            raise ModuleNotFoundError(f"No module named {name!r} (not loaded: rlkeep.snakemake_process)", name=name)
+        return version("snakemake")
+    except PackageNotFoundError:
         return None
 
 
-_REFUSER = _RefusedInThisThread()
-
-
-def with_loaded_modules_only(store: Callable[..., Any]) -> Callable[..., Any]:
-    """`store` (Snakemake._safely_store_params) with the imports of CONVERTED_PARAM_MODULES that are
-    not loaded yet refused while it runs, in its thread only."""
-    @functools.wraps(store)
-    def stored(self: Any, params: Any) -> Any:
-        previous = getattr(_REFUSER.refused, "names", ())
-        _REFUSER.refused.names = {name for name in CONVERTED_PARAM_MODULES if name not in sys.modules}
-        try:
-            return store(self, params)
-        finally:
-            _REFUSER.refused.names = previous
-
-    stored.__rlkeep_patched__ = True  # type: ignore[attr-defined]
-    return stored
-
-
-def script_params_without_pandas_import() -> bool:
-    """Wrap Snakemake's `Snakemake._safely_store_params` in `with_loaded_modules_only`. False (and
-    nothing changed) when this Snakemake has no such method."""
-    try:
-        from snakemake.iocontainers import Snakemake
-    except ImportError:
-        return False
-    store = Snakemake.__dict__.get("_safely_store_params")
-    if not callable(store):
-        return False
-    if not getattr(store, "__rlkeep_patched__", False):
-        Snakemake._safely_store_params = with_loaded_modules_only(store)
-    if _REFUSER not in sys.meta_path:
-        sys.meta_path.insert(0, _REFUSER)
-    return True
+def install(environ: Mapping[str, str] = os.environ, snakemake_version: str | None = None) -> frozenset[str]:
+    """Switch on the patches (once per process) unless the Snakemake version is not proven or
+    RLKEEP_NO_PATCHES says otherwise; the names of those on."""
+    snakemake_version = snakemake_version or installed_snakemake_version()
+    wanted = [name for name in PATCHES if name not in switched_off(environ)]
+    if not wanted or _installed:
+        return frozenset(_installed)
+    if snakemake_version not in PROVEN_SNAKEMAKE_VERSIONS:
+        print(f"rlkeep: Snakemake {snakemake_version} is not among the versions rlkeep's process patches are "
+              f"proven on ({', '.join(sorted(PROVEN_SNAKEMAKE_VERSIONS))}): running without them (slower, same results)",
+              file=sys.stderr)
+        return frozenset()
+    for name in wanted:
+        _PATCH_INSTALLERS[name]()
+        _installed.add(name)
+    return frozenset(_installed)
 
 
 def skip_final_collection() -> None:
@@ -123,9 +78,8 @@ def skip_final_collection() -> None:
     gc.freeze()
 
 
-def exit_without_final_collection() -> None:
-    """Register `skip_final_collection` to run after the exit handlers registered later, before
-    those registered earlier (exit handlers run last-registered first)."""
+def _skip_final_collection_at_exit() -> None:
+    # exit handlers run last-registered first: this one runs after those the Snakefile registers later
     atexit.register(skip_final_collection)
 
 
@@ -142,3 +96,32 @@ def cancel_rescheduling_timers() -> int:
             thread.cancel()
             cancelled += 1
     return cancelled
+
+
+def scheduler_finished() -> int:
+    """Called by the onsuccess and onerror handlers: the timers cancelled (none unless installed)."""
+    return cancel_rescheduling_timers() if "rescheduling_timers" in _installed else 0
+
+
+_PATCH_INSTALLERS: dict[str, Callable[[], None]] = {
+    "final_collection": _skip_final_collection_at_exit,
+    "rescheduling_timers": lambda: None,  # acts in scheduler_finished
+}
+
+
+# What rlkeep reads of the `workflow` object the Snakefile is given beyond its documented attributes
+# (no public accessor exists; each is asked for upstream in docs/upstream/). A Snakemake that drops
+# one gets the answer that costs only time, never a wrong result.
+
+def dag_settings(workflow: Any) -> Any:
+    """The invocation's DAG settings (--forcerun, --until, ...), or None when they cannot be read
+    (rlkeep.settled.planning_is_forced then plans every job fully)."""
+    return getattr(workflow, "dag_settings", None)
+
+
+def is_main_process(workflow: Any) -> bool:
+    """Whether this is Snakemake's own process, not a job it runs elsewhere (a remote job parses the
+    Snakefile again). Without the attribute: whether the command line names no `--mode`, which
+    Snakemake passes to every job it starts that way."""
+    main = getattr(workflow, "is_main_process", None)
+    return bool(main) if main is not None else "--mode" not in sys.argv

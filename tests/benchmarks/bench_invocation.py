@@ -10,10 +10,10 @@ Two commands a user runs, each timed whole, interleaved (one warm-up round, then
 
 The baseline (default 49ad775, the last commit before issue 33's first) is exported with `git
 archive` to the benchmark cache, outside the tracked tree; both checkouts run on one interpreter
-(their dependencies are the same). By default that is a venv made here, outside the tree, that sees
-every package of this one but the SLURM executor plugin: an Iris user's install (the plugin adds
-0.4 s and pandas to every Snakemake start, and its configuration check waits on a machine with a
-SLURM client and no cluster). `--python PATH` picks another.
+(their dependencies are the same). By default that is this one, the install `make setup` builds,
+SLURM executor plugin included (it adds pandas to every Snakemake start); `--without-slurm-plugin`
+runs on a venv beside the peers' that sees every package of this one but the plugin, and
+`--python PATH` picks another.
 """
 from __future__ import annotations
 
@@ -55,12 +55,15 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="one round, no warm-up")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--baseline", default=BASELINE)
-    parser.add_argument("--python", type=Path, default=None, help="default: this venv without the SLURM plugin")
+    parser.add_argument("--python", type=Path, default=None,
+                        help="default: this one, the install `make setup` builds (SLURM plugin included)")
+    parser.add_argument("--without-slurm-plugin", action="store_true",
+                        help="run on a venv of this one's packages but the SLURM executor plugin")
     args = parser.parse_args()
     peers.stop_on_sigterm()
     rounds = args.rounds or (1 if args.quick else 3)
     warmup = 0 if args.quick else 1
-    python = args.python or peers.python_without_slurm_plugin()
+    python = args.python or (peers.python_without_slurm_plugin() if args.without_slurm_plugin else Path(sys.executable))
     checkouts = {"this checkout": REPO, f"baseline {args.baseline}": checkout(args.baseline)}
     work_root = Path(os.environ.get("RLKEEP_BENCH_TMP", tempfile.gettempdir()))
     with tempfile.TemporaryDirectory(prefix="bench-invocation-", dir=work_root) as tmp:
@@ -103,8 +106,7 @@ def main() -> int:
     peaks = {name: [run["snakemake_own_peak_mb"] for run in no_ops["runs"] if run["name"] == name]
              for name in checkouts}
     figures = {
-        "python": "this .venv without the SLURM plugin (bench cache)" if args.python is None else python.name,
-        "slurm_plugin_left_out": args.python is None, "baseline": args.baseline,
+        "python": peers.shown(python), "venv": peers.venv_label(python), "baseline": args.baseline,
         "demo": {"ratio_vs": demos["ratios"], "seconds": demos["seconds"], "runs": demos["runs"]},
         "no_op": {"ratio_vs": no_ops["ratios"], "seconds": no_ops["seconds"],
                   "snakemake_own_peak_mb": {name: max(values) for name, values in peaks.items()},

@@ -85,7 +85,10 @@ def main() -> int:
     parser.add_argument("--command", action="store_true",
                         help="time the whole snakemake command, beside s5cmd + tar + sha256sum")
     parser.add_argument("--python", type=Path, default=None,
-                        help="with --command, the interpreter of the command (default: this venv without the SLURM plugin)")
+                        help="with --command, the interpreter of the command (default: this one, the install "
+                             "`make setup` builds, SLURM plugin included)")
+    parser.add_argument("--without-slurm-plugin", action="store_true",
+                        help="with --command, run it on a venv of this one's packages but the SLURM executor plugin")
     parser.add_argument("--warmup", type=int, default=1,
                         help="untimed rounds first: the first reads of the freshly seeded store are cold for whoever goes first")
     args = parser.parse_args()
@@ -99,7 +102,10 @@ def main() -> int:
     sys.path.insert(0, str(REPO / "scripts"))
     from rlkeep_dev.devserver.s3 import S3Server
 
-    command_python = (args.python or peers.python_without_slurm_plugin()) if args.command else None
+    command_python = None
+    if args.command:
+        command_python = args.python or (peers.python_without_slurm_plugin() if args.without_slurm_plugin
+                                         else Path(sys.executable))
     s5cmd = peers.s5cmd_binary()
     aws = None if args.no_aws else peers.peer("awscli")
     versions = {"s5cmd": peers.peer_version("s5cmd", "version"),
@@ -184,8 +190,7 @@ def main() -> int:
         "objects": count,
         "mb": round(total_bytes / 1e6, 1),
         "rlkeep_workers": args.workers,
-        **({"python": str(args.python) if args.python else "this venv without the SLURM executor plugin"}
-           if args.command else {}),
+        **({"python": peers.shown(command_python), "venv": peers.venv_label(command_python)} if args.command else {}),
         "peers": versions,
         "rounds": rounds,
         "warmup_rounds": args.warmup,

@@ -75,6 +75,18 @@ def python_without_slurm_plugin() -> Path:
     return venv / "bin" / "python"
 
 
+def shown(path: Path) -> str:
+    """A path for results: relative to the repository when inside it (never this machine's layout)."""
+    path = Path(path).absolute()
+    return str(path.relative_to(REPO)) if REPO in path.parents else path.name
+
+
+def venv_label(python: Path) -> str:
+    """Which install a benchmark ran its commands on, for its results."""
+    plugin = subprocess.run([str(python), "-c", f"import {SLURM_PLUGIN}"], capture_output=True).returncode == 0
+    return "make setup's .venv (SLURM plugin included)" if plugin else "a venv without the SLURM executor plugin"
+
+
 def peer(name: str) -> Path:
     """Path of a pinned peer's executable, installing it into the benchmark venv when missing."""
     requirement, executable = PEERS[name]

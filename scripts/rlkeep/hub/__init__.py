@@ -16,13 +16,19 @@ and its Training Traces link), model and traces (each publication and its verifi
 """
 from __future__ import annotations
 
+import os
+
+# huggingface_hub reads HF_HUB_DISABLE_XET once, when it is first imported: set before any import of it
+# (every rlkeep module reaches huggingface_hub through this package); child processes inherit it.
+os.environ["HF_HUB_DISABLE_XET"] = "1"
+
 from rlkeep.hub.archive import upload_archive_to_hub
 from rlkeep.hub.card import TRACES_PENDING, link_traces_in_card, render_model_card, traces_section_body
 from rlkeep.hub.checks import (
     PUBLIC_HUB, TRACES_HEADING, check_publication, check_publication_main, dataset_links, markdown_section,
 )
 from rlkeep.hub.client import (
-    DEFAULT_ENDPOINT, REPO_ID_RE, HubTarget, check_repo_id, disable_xet, download_fresh, ensure_repo, head_of,
+    DEFAULT_ENDPOINT, REPO_ID_RE, HubTarget, check_repo_id, check_xet_disabled, download_fresh, ensure_repo, head_of,
     history_problems, require_dir, resolve_target,
 )
 from rlkeep.hub.failures import HUB_FAILURES, HubRateLimited, describe_hub_error, hub_call_of, hub_step, status_of
@@ -43,7 +49,7 @@ __all__ = [
     "DEFAULT_RATE_LIMIT_WAIT", "HUB_FAILURES", "MANIFEST_NAME", "PUBLIC_HUB", "RATE_LIMIT_WAIT_ENV", "REPO_ID_RE",
     "TRACES_HEADING", "TRACES_PENDING", "TRAIN_SHARD_RE", "UPLOAD_IGNORE_PATTERNS", "FileDigest", "HubRateLimited",
     "HubTarget", "RateLimitTransport", "check_publication", "check_publication_main", "check_repo_id",
-    "compare_trees", "dataset_links", "describe_hub_error", "digest_files", "disable_xet", "download_fresh",
+    "check_xet_disabled", "compare_trees", "dataset_links", "describe_hub_error", "digest_files", "download_fresh",
     "downloaded_files", "ensure_repo", "finding_text", "git_blob_sha1_file", "head_of", "history_problems",
     "hub_call_of", "hub_step", "install_rate_limit_handling", "is_published_path", "link_model_card_step",
     "link_traces_in_card", "markdown_section", "publish_model", "publish_model_card", "publish_model_step",

@@ -2,9 +2,9 @@
 passed), an HfApi for it with Xet off and rate limits handled, and the repo-level calls every
 publication shares: create or reuse a repo, read its head, list its history, download it fresh.
 
-Xet is switched off for every call (`huggingface_hub.constants.HF_HUB_DISABLE_XET = True`, and
-HF_HUB_DISABLE_XET=1 for child processes): uploads then take the plain LFS protocol, which both the
-Hub and the local test server (rlkeep_dev.devserver.hub) accept, and `upload_folder` makes one commit.
+Xet is off for every call (HF_HUB_DISABLE_XET=1 in the environment before huggingface_hub is imported:
+rlkeep.hub's first statement): uploads then take the plain LFS protocol, which both the Hub and the
+local test server (rlkeep_dev.devserver.hub) accept, and `upload_folder` makes one commit.
 """
 from __future__ import annotations
 
@@ -28,13 +28,16 @@ REPO_ID_RE = re.compile(  # a Hub repo id, org/name: the one pattern rlkeep chec
     r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-def disable_xet() -> None:
-    """Route uploads through LFS: the constant is read per call, the variable by child processes."""
-    hf_constants.HF_HUB_DISABLE_XET = True
-    os.environ["HF_HUB_DISABLE_XET"] = "1"
+class XetNotDisabled(RlkeepError):
+    """huggingface_hub was imported before HF_HUB_DISABLE_XET=1 was set, so it would upload by Xet."""
 
 
-disable_xet()
+def check_xet_disabled() -> None:
+    """Check that uploads take LFS: huggingface_hub read HF_HUB_DISABLE_XET=1 when it was imported."""
+    if not hf_constants.HF_HUB_DISABLE_XET:
+        raise XetNotDisabled(
+            "huggingface_hub was imported before rlkeep set HF_HUB_DISABLE_XET=1, so its uploads would take Xet, "
+            "which rlkeep does not use: import rlkeep.hub first, or set HF_HUB_DISABLE_XET=1 in the environment")
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ class HubTarget:
     token: str | None = field(default=None, repr=False)
 
     def api(self) -> HfApi:
-        disable_xet()
+        check_xet_disabled()
         install_rate_limit_handling()
         # token=False: never fall back to a token file saved for another Hub.
         return HfApi(endpoint=self.endpoint, token=self.token if self.token else False)

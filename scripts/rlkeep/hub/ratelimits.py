@@ -5,10 +5,10 @@ RateLimitTransport, which waits out 429 answers within a bounded total wait per 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import httpx2
-from huggingface_hub import set_client_factory
-from huggingface_hub.utils._http import default_client_factory
+from huggingface_hub import get_session, set_client_factory
 
 from rlkeep.hub.failures import HubRateLimited, hub_call_of
 from rlkeep.storage import retry_after_seconds
@@ -69,21 +69,23 @@ class RateLimitTransport(httpx2.BaseTransport):
         self.inner.close()
 
 
-def _client_with_rate_limits() -> httpx2.Client:
-    """huggingface_hub's default client (its request hooks, no timeout, redirects) over RateLimitTransport."""
-    default = default_client_factory()
-    hooks = default.event_hooks
-    default.close()
-    return httpx2.Client(event_hooks=hooks, follow_redirects=True, timeout=None,
-                         transport=RateLimitTransport(httpx2.HTTPTransport()))
+def client_factory_with_rate_limits(hooks: dict[str, list]) -> Callable[[], httpx2.Client]:
+    """A factory of clients like huggingface_hub's own (its request hooks `hooks`, no timeout,
+    redirects followed) over RateLimitTransport."""
+    def client() -> httpx2.Client:
+        return httpx2.Client(event_hooks=hooks, follow_redirects=True, timeout=None,
+                             transport=RateLimitTransport(httpx2.HTTPTransport()))
+    return client
 
 
 _rate_limits_installed = False
 
 
 def install_rate_limit_handling() -> None:
-    """Every huggingface_hub request of this process goes through RateLimitTransport (once)."""
+    """Every huggingface_hub request of this process goes through RateLimitTransport (once). The
+    request hooks are those of the session huggingface_hub makes itself (get_session), taken before
+    set_client_factory closes it."""
     global _rate_limits_installed
     if not _rate_limits_installed:
-        set_client_factory(_client_with_rate_limits)
+        set_client_factory(client_factory_with_rate_limits(dict(get_session().event_hooks)))
         _rate_limits_installed = True

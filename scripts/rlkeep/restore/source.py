@@ -179,10 +179,11 @@ def _store_reader(base: str, name: str) -> Iterator[IO[bytes]]:
 
 @contextmanager
 def _hub_reader(base: str, name: str, revision: str | None) -> Iterator[IO[bytes]]:
-    # huggingface_hub costs about half a second to import: only a Hub archive pays for it
-    from huggingface_hub import HfFileSystem
-
+    # huggingface_hub costs about half a second to import: only a Hub archive pays for it. rlkeep.hub
+    # first: it sets the environment huggingface_hub reads when imported.
     from rlkeep.hub.client import resolve_target
+
+    from huggingface_hub import HfFileSystem  # isort: skip
 
     target = resolve_target()
     target.api()  # Xet off and the Hub's 429s waited out, as for every other Hub call
