@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlkeep.audit import damaged_steps, last_audit
 from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
 from rlkeep.logfacts import remembered
 from rlkeep.metrics import skipped_lines_markdown, without_metrics_markdown
@@ -356,6 +357,7 @@ def build_status(job_dir: Path, kind: str | None = None, *, record: JobRecord | 
         **by_status,
         **record_fields,
         "steps": steps,
+        "audit": last_audit(job_dir),  # rlkeep audit's last verify/audit.json, summarised
         "remaining_work": remaining,
         "continue": (" && ".join(repairs) if repairs else continue_command(job_dir.name, None, invocation))
         if remaining else None,
@@ -368,7 +370,6 @@ def _mark_damaged(job_dir: Path, steps: dict[str, dict[str, Any]], invocation: s
     nothing to do for a missing intermediate whose consumers are up to date. Returns the commands."""
     if not (job_dir / "DONE").is_file():
         return []
-    from rlkeep.audit import damaged_steps
 
     repairs: list[str] = []
     for name, finding in damaged_steps(job_dir, invocation).items():
