@@ -261,3 +261,10 @@ def test_read_data_fraction_chooses_a_stable_share_of_jobs() -> None:
     assert chosen != [job for job in jobs if read_data_chosen(job, 0.25, "2026-01-02")]
     assert all(read_data_chosen(job, 1.0, "d") for job in jobs[:5])
     assert not any(read_data_chosen(job, 0.0, "d") for job in jobs[:5])
+
+
+def test_the_audit_grows_linearly_with_files_and_jobs() -> None:
+    from tests.benchmarks.bench_audit import measure
+
+    figures = measure(300, rounds=5)
+    assert all(walk["ratio"] < 6 for walk in figures.values()), figures  # linear: 4; quadratic: 16

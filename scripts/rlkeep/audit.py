@@ -228,8 +228,10 @@ def repo_file_findings(destination: str, repo_id: str, expected: Mapping[str, Ma
         findings.append(Finding(destination, f"{repo_id}/{path}", "missing from main", repair, step))
     for path in sorted(remote.keys() - expected.keys() - HUB_EXTRAS):
         findings.append(Finding(destination, f"{repo_id}/{path}", "on main but not in what was verified", repair, step))
-    for path in sorted(expected.keys() & remote.keys()):
-        want, got = expected[path], remote[path]
+    for path, want in expected.items():  # in the sentinel's order (sorted when written)
+        got = remote.get(path)
+        if got is None:
+            continue
         if want.get("size") is not None and got.size != want.get("size"):
             findings.append(Finding(destination, f"{repo_id}/{path}",
                                     f"{got.size} bytes on main, verified with {want.get('size')}", repair, step))
