@@ -179,6 +179,16 @@ def test_a_deleted_trace_shard_is_named_and_published_again(run: FinishedRun) ->
     audit_passes(run)
 
 
+def test_a_deleted_dataset_repo_is_named_and_published_again_with_done_naming_the_new_commit(run: FinishedRun) -> None:
+    from huggingface_hub import HfApi
+
+    HfApi(endpoint=run.hub.url, token=run.hub.token).delete_repo(f"demo/{JOB}-traces", repo_type="dataset")
+    commands = audit_names(run, f"traces demo/{JOB}-traces: no such dataset repo", read_data=False)
+    assert commands == [f"{SNAKEMAKE} {JOB}/DONE --forcerun publish_traces"]
+    run.follow(commands[0])
+    audit_passes(run)  # DONE was written again: its traces commit is the new repo's
+
+
 def test_a_deleted_registry_row_is_named_and_registered_again(run: FinishedRun) -> None:
     with sqlite3.connect(run.data_root / "registry.db") as connection:
         connection.execute("DELETE FROM models WHERE hub_id = ?", [f"demo/{JOB}"])
@@ -250,7 +260,7 @@ def test_history_card_and_registry_findings() -> None:
     assert registry_findings("j", registration, {**registration}, "sqlite:///r.db") == []
     [moved] = registry_findings("j", registration, {**registration, "owner": "v"}, "sqlite:///r.db")
     assert "owner is 'v', registered 'u'" in moved.problem
-    assert Finding("local", "x", "missing", None).line("j").endswith("no repair command: see the audit's notes")
+    assert Finding("local", "x", "missing", None).line("j").endswith("no command repairs it")
 
 
 def test_read_data_fraction_chooses_a_stable_share_of_jobs() -> None:

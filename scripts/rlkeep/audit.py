@@ -58,7 +58,7 @@ class Finding:
 
     def line(self, job: str) -> str:
         text = f"{job}: {self.destination} {self.subject}: {self.problem}"
-        return text + (f"; repair: {self.repair}" if self.repair else "; no repair command: see the audit's notes")
+        return text + (f"; repair: {self.repair}" if self.repair else "; no command repairs it")
 
 
 def rerun_command(job: str, step: str, invocation: str = DEFAULT_INVOCATION) -> str:

@@ -27,15 +27,14 @@ from rlkeep.jsonio import read_json, write_json
 from rlkeep.urls import join_url
 
 
-
 def audit_archive(job: str, verified: Mapping[str, Any], read_data: bool, invocation: str) -> tuple[list[str], list[Finding]]:
     from rlkeep.archive.upload import DiscardSink
     from rlkeep.storage import ObjectMissing, S3Store, open_store
 
-    remote = verified.get("remote")
     if not verified:
         return ["archive: not checked: verify/archive.json, which records what was uploaded, is missing (a local "
                 "finding names the command that brings it back)"], []
+    remote = verified.get("remote")
     if not isinstance(remote, dict):
         return [], []
     base, objects = str(remote["dest"]), list(remote.get("objects") or [])
@@ -64,25 +63,28 @@ def audit_archive(job: str, verified: Mapping[str, Any], read_data: bool, invoca
     return checked, archive_findings(job, objects, listed, headed, read, base, invocation)
 
 
-def _git_blob_sha1(path: Path) -> str:
-    from rlkeep.hub.trees import git_blob_sha1_file
-
-    return git_blob_sha1_file(path)
-
-
 def _hub_repo(repo_id: str, repo_type: str, commit: str | None, expected: dict[str, dict[str, Any]],
               local_copies: Mapping[str, Path], destination: str, repair: str, step: str,
               scratch: Path) -> tuple[str, list[Finding], dict[str, Path]]:
-    """(main's head, findings on history and files, the files read back) of one Hub repo."""
+    """(main's head, findings on history and files, the files read back) of one Hub repo; a repo
+    the Hub does not show is one finding (head "")."""
+    from huggingface_hub.errors import RepositoryNotFoundError
     from huggingface_hub.hf_api import RepoFile
 
     from rlkeep.hub.client import resolve_target
     from rlkeep.hub.failures import hub_step
+    from rlkeep.hub.trees import git_blob_sha1_file
 
     target = resolve_target()
     api = target.api()
     with hub_step(target, repo_type, repo_id, "repo info"):
-        head = api.repo_info(repo_id, repo_type=repo_type, revision="main").sha or ""
+        try:
+            head = api.repo_info(repo_id, repo_type=repo_type, revision="main").sha or ""
+        except RepositoryNotFoundError:
+            head = ""
+    if not head:
+        return "", [Finding(destination, repo_id, f"no such {repo_type} repo at {target.endpoint} (or not visible "
+                            "with this token)", repair, step)], {}
     history = None
     if commit and commit != head:
         with hub_step(target, repo_type, repo_id, "commit history"):
@@ -97,7 +99,7 @@ def _hub_repo(repo_id: str, repo_type: str, commit: str | None, expected: dict[s
     def blob_of(path: str) -> str | None:
         local = local_copies.get(path)
         if local is not None and local.is_file() and sha256_file(local) == expected[path].get("sha256"):
-            return _git_blob_sha1(local)
+            return git_blob_sha1_file(local)
         return None
 
     def sha_of(path: str) -> str | None:
@@ -142,6 +144,8 @@ def audit_model(job_dir: Path, done: Mapping[str, Any], invocation: str, scratch
     head, findings, read_back = _hub_repo(repo_id, "model", destinations.get("model_commit"), expected, copies,
                                           "model", rerun_command(job, "publish_model", invocation), "publish_model",
                                           scratch)
+    if not head:
+        return [f"model {repo_id}: repo on the Hub"], findings
     # the card is repaired by committing the kept linked card again (one commit, README.md only)
     card_subject = f"{repo_id}/{CARD}"
     relink = rerun_command(job, "link_model_card", invocation)
@@ -153,10 +157,9 @@ def audit_model(job_dir: Path, done: Mapping[str, Any], invocation: str, scratch
                f"{len(expected)} files by size and sha256 (LFS) or git blob id"]
     if dataset and CARD in expected:
         checked.append(f"model {card_subject}: '{TRACES_HEADING}' links {dataset}")
-        if not card_findings:
-            card_path: Path | None = copies[CARD]  # main's card has the kept card's blob id
-        else:
-            card_path = read_back.get(CARD) or _read_hub_file(repo_id, "model", CARD, head, scratch)
+        card_path = read_back.get(CARD)
+        if card_path is None:  # not read back: main's card has the kept card's blob id, unless it changed
+            card_path = copies[CARD] if not card_findings else _read_hub_file(repo_id, "model", CARD, head, scratch)
         text = card_path.read_text(encoding="utf-8", errors="replace") if card_path is not None else None
         link = card_link_findings(repo_id, text, dataset, relink)
         card_findings = link or card_findings  # a lost link says more than "the card changed"
@@ -182,6 +185,8 @@ def audit_traces(job_dir: Path, done: Mapping[str, Any], invocation: str, scratc
     repair = rerun_command(job, "publish_traces", invocation)
     head, findings, _ = _hub_repo(repo_id, "dataset", destinations.get("traces_commit"), expected, copies, "traces",
                                   repair, "publish_traces", scratch)
+    if not head:
+        return [f"traces {repo_id}: repo on the Hub"], findings
     # the verified content is the shard set and the manifest: the dataset card and .gitattributes
     # are checked by publish_traces on each publication
     findings = [f for f in findings if f.subject.startswith(f"{repo_id}@") or
