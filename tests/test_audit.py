@@ -211,13 +211,14 @@ def test_a_local_file_lost_after_done_is_named_and_brought_back_to_the_same_done
 
     status = run.status()
     subject = "model/" if lost == "model" else lost
+    assert len(status["blocked"]) == 1, status["remaining_work"]
     [step] = status["blocked"]
     assert status["steps"][step]["damaged"] == subject and status["done"] is True
     [item] = status["remaining_work"]
     command = item["command"]
     assert command == status["continue"] and command.startswith(f"{SNAKEMAKE} {JOB}/{lost}")
     index = (run.data_root / "campaign" / "index.html").read_text()
-    assert 'data-state="blocked"' in index and 'data-state="done"' not in index
+    assert 'data-state="blocked"' in index and 'data-state="done"' not in index and f"{subject}: " in index
 
     result = run.audit()
     assert result.returncode == 1 and f"local {subject}:" in result.stdout, result.stdout
