@@ -7,7 +7,7 @@ Three walks, each timed in CPU seconds (best of `--rounds`) at N and 4N:
   (LFS sha256 compared, no network), 20 times per timing as one pass takes under a millisecond;
 - `jobs`: rlkeep.audit_run.audit_job over a data root of N finished jobs (local checks, audit.json
   written; no destinations, so no network).
-A ratio near 4 is linear; 16 would be quadratic. tests/test_audit.py::test_the_audit_grows_linearly
+A ratio near 4 is linear; 16 would be quadratic. tests/test_audit.py::test_the_audit_grows_linearly_with_files_and_jobs
 runs `measure` at small sizes and fails on a ratio over 6.
 """
 from __future__ import annotations
