@@ -198,6 +198,18 @@ def test_a_deleted_registry_row_is_named_and_registered_again(run: FinishedRun) 
     audit_passes(run)
 
 
+def test_a_destination_that_cannot_be_reached_is_named_not_taken_for_drift_or_proof(run: FinishedRun) -> None:
+    result = run.audit(env={"AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9", "RLKEEP_STORE_SLOWDOWN_WAIT": "1"})
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout.startswith(f"{JOB}: archive not checked: s3://{run.bucket}/archives/{JOB}"), result.stdout
+    written = json.loads((run.job_dir / "verify" / "audit.json").read_text())
+    assert written["status"] == "unchecked" and written["findings"] == []
+    assert [entry["destination"] for entry in written["unreached"]] == ["archive"]
+    run.status()
+    assert "some destinations not reached" in (run.data_root / "campaign" / f"{JOB}.html").read_text()
+    audit_passes(run)
+
+
 @pytest.mark.parametrize("lost", ["metrics/metrics.csv", "model", "verify/archive.json"])
 def test_a_local_file_lost_after_done_is_named_and_brought_back_to_the_same_done(run: FinishedRun, lost: str) -> None:
     import shutil
