@@ -14,7 +14,9 @@ rule stage_model:
     # why its inputs: the verified export, selected.json, the surface files and logs.tar for
     # training_logs/, chain.json for the card; no trace artifact.
     input:
-        model="{job}/model",
+        # ancient: export.json holds every exported file's sha256, so a re-export of the same files
+        # (model/ brought back after DONE) restages and republishes nothing; a changed export does
+        model=ancient("{job}/model"),
         export="{job}/export.json",
         selected="{job}/checkpoint/selected.json",
         metrics="{job}/metrics/metrics.csv",

@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "verify-model": ("rlkeep.export", "verify_main", "verify a flat model folder"),
     "traces-dataset": ("rlkeep.traces", "cli_main", "rebuild the trace dataset from a trace tree"),
     "restore": ("rlkeep.restore", "cli_main", "restore a run's archive, every file checked (--from URL: no data root)"),
+    "audit": ("rlkeep.audit_run", "cli_main", "check again every destination each DONE names (reads only; exit 1 on drift)"),
     "registry": ("rlkeep.registry", "cli_main", "registry administration (add a base-model row explicitly)"),
     "example-run": ("rlkeep_dev.example", "cli_main", "write a realistic finished run into a store"),
     "demo": ("rlkeep_dev.demo", "cli_main", "run the pipeline on a generated run against local services"),

@@ -324,6 +324,38 @@ def register_run(
     return evidence
 
 
+def registered_model(url: str, model_repo: str) -> dict[str, Any] | None:
+    """The registry's row for `model_repo` as a registration wrote it (job, owner, base_model,
+    trace_dataset, training_type), or None. Reads only: a read-only connection, never the schema
+    created or a lock taken for writing (`rlkeep audit`)."""
+    registry = parse_registry_url(url)
+    errors = _driver_errors(registry.dialect)
+    query = ("SELECT m.job, m.owner, b.hub_id, d.hub_id, m.training_type FROM models m "
+             "JOIN base_models b ON b.id = m.base_model_id LEFT JOIN datasets d ON d.id = m.trace_dataset_id "
+             "WHERE m.hub_id = ?")
+    try:
+        if registry.dialect == "sqlite":
+            if not Path(registry.target).is_file():
+                raise RlkeepError(f"registry {registry.safe}: the database file is missing")
+            connection = sqlite3.connect(f"{Path(registry.target).resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+        else:
+            import psycopg
+
+            connection = psycopg.connect(registry.target, connect_timeout=10)
+            connection.read_only = True
+        try:
+            rows = Session(connection, registry.dialect).execute(query, [model_repo])
+        finally:
+            connection.close()
+    except errors as error:
+        raise RlkeepError(f"registry {registry.safe}: {_scrub(str(error).strip(), registry)}") from None
+    if not rows:
+        return None
+    job, owner, base_model, trace_dataset, training_type = rows[0]
+    return {"job": job, "owner": owner, "base_model": base_model, "trace_dataset": trace_dataset,
+            "training_type": training_type}
+
+
 def cli_main(argv: list[str]) -> int:
     """`rlkeep registry add-base-model URL HUB_ID --owner O`: the operator's explicit base-model row."""
     import argparse

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlkeep.audit import damaged_steps, last_audit
 from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
 from rlkeep.logfacts import remembered
 from rlkeep.metrics import skipped_lines_markdown, without_metrics_markdown
@@ -332,6 +333,7 @@ def build_status(job_dir: Path, kind: str | None = None, *, record: JobRecord | 
     state (the completion record of a blocked run), with the command that continues each step."""
     kind = record.kind if record is not None else kind
     steps = collect_steps(job_dir, kind, *(() if record is None else (record.publish,)))
+    repairs = _mark_damaged(job_dir, steps, invocation)
     by_status: dict[str, list[str]] = {"completed": [], "not_applicable": [], "blocked": [], "pending": []}
     for name, info in steps.items():
         by_status.setdefault(info["status"], []).append(name)
@@ -339,7 +341,8 @@ def build_status(job_dir: Path, kind: str | None = None, *, record: JobRecord | 
         {"step": name, "status": info["status"], "reason": info.get("reason"), "remaining": info.get("remaining"),
          **({"blocked_by": info["blocked_by"]} if "blocked_by" in info else {}),
          # a step held by a failed ancestor continues once that ancestor does: its command
-         "command": continue_command(job_dir.name, STEP_BY_NAME[info.get("blocked_by", name)], invocation)}
+         "command": info.get("repair") or continue_command(job_dir.name, STEP_BY_NAME[info.get("blocked_by", name)],
+                                                           invocation)}
         for name, info in steps.items()
         if info["status"] in {"blocked", "pending"}
     ]
@@ -354,9 +357,31 @@ def build_status(job_dir: Path, kind: str | None = None, *, record: JobRecord | 
         **by_status,
         **record_fields,
         "steps": steps,
+        "audit": last_audit(job_dir),  # rlkeep audit's last verify/audit.json, summarised
         "remaining_work": remaining,
-        "continue": continue_command(job_dir.name, None, invocation) if remaining else None,
+        "continue": (" && ".join(repairs) if repairs else continue_command(job_dir.name, None, invocation))
+        if remaining else None,
     }
+
+
+def _mark_damaged(job_dir: Path, steps: dict[str, dict[str, Any]], invocation: str) -> list[str]:
+    """After DONE, a step whose output DONE relies on is missing or changed is `blocked`, naming
+    the file and the command that brings it back (rlkeep.audit): Snakemake itself would find
+    nothing to do for a missing intermediate whose consumers are up to date. Returns the commands."""
+    if not (job_dir / "DONE").is_file():
+        return []
+
+    repairs: list[str] = []
+    for name, finding in damaged_steps(job_dir, invocation).items():
+        if name not in steps:
+            continue
+        steps[name] = {"status": "blocked", "reason": f"{finding.subject}: {finding.problem}",
+                       "damaged": finding.subject, "log": None, "repair": finding.repair,
+                       "remaining": "bring it back with the command; its content is what DONE describes, so DONE "
+                                    "stays as it is"}
+        if finding.repair and finding.repair not in repairs:
+            repairs.append(finding.repair)
+    return repairs
 
 
 def invocation_from_argv(argv: list[str]) -> str:

@@ -19,7 +19,9 @@ import shlex
 import signal
 import sys
 import tempfile
-from contextlib import ExitStack
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import yaml
@@ -64,21 +66,20 @@ def seed_store(services: Path, env: dict[str, str]) -> dict:
     return seeded
 
 
-def run_demo(data_root: Path, config: list[str], again: str) -> int:
-    """`again`: this very command as the operator can type it again."""
-    data_root = data_root.resolve()
+@contextmanager
+def demo_services(data_root: Path) -> Iterator[tuple[dict[str, str], S3Server, HubServer]]:
+    """The demo's store and Hub, started on 127.0.0.1 from their data under `<data root>/.services`
+    (new ports each time), with the environment a command run against them needs; stopped at the end."""
     services = data_root / ".services"
     services.mkdir(parents=True, exist_ok=True)
     token_file = services / "hub-token"
     if not token_file.exists():
         token_file.write_text(secrets.token_hex(16))
     token = token_file.read_text().strip()
-
     with ExitStack() as running:
         with stops_deferred():  # a stop while a service starts is raised once `running` will stop it
             s3 = running.enter_context(S3Server(services / "s3"))
             hub = running.enter_context(HubServer(services / "hub", token=token).start())
-        s3.create_bucket(BUCKET)
         env = {
             **s3.env(),
             **hub_env(hub.url, token, base={}),
@@ -86,6 +87,16 @@ def run_demo(data_root: Path, config: list[str], again: str) -> int:
             "IRIS_STANDIN_CALLS": str(services / "iris-calls.jsonl"),
             **no_cluster_env(services),  # the demo uses no SLURM cluster: Snakemake starts without scontrol's wait
         }
+        yield env, s3, hub
+
+
+def run_demo(data_root: Path, config: list[str], again: str) -> int:
+    """`again`: this very command as the operator can type it again."""
+    data_root = data_root.resolve()
+    services = data_root / ".services"
+
+    with demo_services(data_root) as (env, s3, hub):
+        s3.create_bucket(BUCKET)
         seeded = seed_store(services, env)
         records = data_root / "records"
         records.mkdir(exist_ok=True)
@@ -131,8 +142,48 @@ def run_demo(data_root: Path, config: list[str], again: str) -> int:
     if (done.get("reclaimed") or {}).get("status") != "completed":
         print(f"\nReclaiming the run's storage needs explicit authority for this job; this starts the services "
               f"again and grants it:\n  {reclaim_command(again, config)}")
+    print("\nThe demo's store and Hub stopped with it. To restore the run from its archive, or to check again "
+          "everything DONE claims, start them again around the command (it runs in the data root):\n"
+          f"  {serve_command(again, ['rlkeep', 'restore', JOB, '--to', f'{JOB}-restored'])}\n"
+          f"  {serve_command(again, ['rlkeep', 'audit'])}")
     print(f"\nCampaign page (open it in a browser): {campaign_page}")
     return 0
+
+
+def serve_command(again: str, command: list[str]) -> str:
+    """The demo command that starts the demo's services again and runs `command` against them."""
+    words = shlex.split(again)
+    if "--config" in words:
+        words = words[:words.index("--config")]
+    return shlex.join([*words, "--serve", *command])
+
+
+def serve(data_root: Path, command: list[str]) -> int:
+    """`rlkeep demo --serve [COMMAND...]`: the demo's store and Hub again, for `rlkeep restore`, `rlkeep
+    audit` or Snakemake after the demo ended. With a command: run it in the data root with their
+    environment and stop them when it ends (its exit status). Without: print that environment as
+    `export` lines and serve until Ctrl-C."""
+    data_root = data_root.resolve()
+    if not (data_root / ".services" / "seeded.json").is_file():
+        print(f"rlkeep demo --serve: {data_root} holds no demo (no .services/seeded.json); run `rlkeep demo "
+              f"--data-root {data_root}` first", file=sys.stderr)
+        return 2
+    with demo_services(data_root) as (env, s3, hub):
+        bin_dir = install_executable(data_root / ".services" / "bin").parent
+        # the Iris stand-in, then this Python's scripts (`snakemake`, `rlkeep`) before the caller's PATH
+        env["PATH"] = os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+        print(f"rlkeep demo: store on {s3.endpoint}, Hub on {hub.url} (data in {data_root / '.services'})",
+              file=sys.stderr, flush=True)
+        if not command:
+            for key in sorted(env):
+                print(f"export {key}={shlex.quote(env[key])}")
+            print("rlkeep demo: serving until Ctrl-C; paste the export lines above into another shell", file=sys.stderr,
+                  flush=True)
+            while True:
+                time.sleep(3600)
+        argv = [sys.executable, "-m", "rlkeep", *command[1:]] if command[0] == "rlkeep" else command
+        result = run_to_its_end(argv, cwd=data_root, env={**os.environ, **env})
+    return result.returncode if result.stopped_by is None else 128 + result.stopped_by
 
 
 def artifact_listing(job_dir: Path) -> str:
@@ -180,7 +231,17 @@ def cli_main(argv: list[str]) -> int:
     parser.add_argument("--data-root", type=Path, default=Path("demo-data"))
     parser.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE",
                         help="passed to Snakemake's --config, e.g. reclaim_authorized=rl-demo")
+    parser.add_argument("--serve", nargs=argparse.REMAINDER, metavar="COMMAND",
+                        help="start the demo's store and Hub again (no pipeline run) and run COMMAND in the data "
+                             "root against them, e.g. `--serve rlkeep audit`; without COMMAND, serve until Ctrl-C")
     args = parser.parse_args(argv)
+    if args.serve is not None:
+        try:
+            with stops_raise():
+                return serve(args.data_root, args.serve)
+        except Stopped as stop:
+            print(f"rlkeep demo --serve: stopped by {stop}; the services are stopped", file=sys.stderr)
+            return 128 + stop.signum
     again = shlex.join([*launcher(), "demo", "--data-root", str(args.data_root),
                         *(["--config", *args.config] if args.config else [])])
     try:

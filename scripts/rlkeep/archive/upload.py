@@ -25,7 +25,7 @@ HF_DATASET_PREFIX = "hf://datasets/"
 # --------------------------------------------------------------------------- upload
 
 
-class _DiscardSink:
+class DiscardSink:
     """A rewindable sink that keeps nothing (read_into hashes; a retry seeks back and truncates)."""
 
     def __init__(self) -> None:
@@ -67,7 +67,7 @@ def _remote_problem(store: Store, key: str, local_size: int, local_sha: str) -> 
         if headed != local_size:
             return f"a HEAD gives {headed} bytes, the local file has {local_size}", headed, ""
     try:
-        read_size, remote_sha = store.read_into(key, _DiscardSink())  # type: ignore[arg-type]
+        read_size, remote_sha = store.read_into(key, DiscardSink())  # type: ignore[arg-type]
     except ObjectMissing:
         return "listed, but a read answers no such object", listed, ""
     if read_size != local_size or remote_sha != local_sha:

@@ -19,7 +19,7 @@ CURVE_POINTS = 60  # per run and per line: 300 runs stay well under the index's 
 def run_state(status: dict[str, Any], started: bool, record_error: str | None = None
               ) -> tuple[str, list[tuple[str, str, str]]]:
     """(overall state, [(step, status, reason or what remains)] in pipeline order). `done` needs DONE
-    and no blocked step; any blocked step makes the run `blocked`."""
+    and no blocked step; any blocked step, or drift its last audit found, makes the run `blocked`."""
     steps = status.get("steps") or {}
     cells = []
     for step in STEPS:
@@ -29,11 +29,22 @@ def run_state(status: dict[str, Any], started: bool, record_error: str | None = 
         cells.append((step.name, state, reason))
     if record_error:
         return "unreadable", cells
-    if any(state == "blocked" for _, state, _ in cells):
+    if any(state == "blocked" for _, state, _ in cells) or audit_drift(status):
         return "blocked", cells
     if status.get("done"):
         return "done", cells
     return ("in_progress" if started else "not_started"), cells
+
+
+def audit_drift(status: dict[str, Any]) -> str | None:
+    """The first finding of the run's last audit (verify/audit.json) when it found drift, else None."""
+    audit = status.get("audit") if isinstance(status.get("audit"), dict) else {}
+    if audit.get("status") != "drift":
+        return None
+    first = next(iter(audit.get("findings") or []), {})
+    more = len(audit.get("findings") or []) - 1
+    return (f"{audit.get('audited_at')}: {first.get('destination')} {first.get('subject')}: {first.get('problem')}"
+            + (f" (and {more} more)" if more > 0 else ""))
 
 
 def short_reason(reason: str, limit: int = 90) -> str:
@@ -119,6 +130,9 @@ def run_digest(view: Any) -> dict[str, Any]:
     blocked = [[name, short_reason(reason), reason] for name, state, reason in cells if state == "blocked"]
     if view.record_error:
         blocked.insert(0, ["record", short_reason(view.record_error), view.record_error])
+    drift = audit_drift(status)
+    if drift:
+        blocked.append(["audit", short_reason(drift), drift])
     return {
         "job": view.job, "kind": str(status.get("kind") or "rl"), "user": view.facts.get("user") or "unknown",
         "overall": overall, "cells": [[name, state] for name, state, _ in cells], "blocked": blocked,

@@ -258,6 +258,29 @@ def published_html(view: RunView) -> str:
     return "".join(parts)
 
 
+def audit_html(view: RunView) -> str:
+    """The last `rlkeep audit` of this run (STATUS.json's `audit`): when, what it found, and the
+    command that repairs each finding."""
+    audit = view.status.get("audit") if isinstance(view.status.get("audit"), dict) else None
+    if audit is None:
+        if not view.status.get("done"):
+            return ""
+        return (f"<h2>Last audit</h2><p>Never audited. <code>rlkeep audit {esc(view.job)}</code> checks again every "
+                "destination DONE names (reads only).</p>")
+    state = {"ok": "no drift", "drift": "drift found", "unchecked": "some destinations not reached"}.get(
+        str(audit.get("status")), str(audit.get("status")))
+    text = (f"<h2>Last audit</h2><p>{esc(audit.get('audited_at'))}: <strong>{esc(state)}</strong> "
+            f"({esc(audit.get('checked'))} checks{'; archive data read in full' if audit.get('read_data') else ''}).</p>")
+    rows = [[esc(f.get("destination")), esc(f.get("subject")), f"<span class=\"reason\">{esc(f.get('problem'))}</span>",
+             f"<code>{esc(f.get('repair'))}</code>" if f.get("repair") else "none"]
+            for f in audit.get("findings") or []]
+    rows += [[esc(u.get("destination")), "", f"<span class=\"reason\">not reached: {esc(u.get('error'))}</span>", ""]
+             for u in audit.get("unreached") or []]
+    if rows:
+        text += table("What no longer is as DONE says", ["where", "what", "problem", "repair"], rows)
+    return text
+
+
 def archive_html(view: RunView) -> str:
     summary = archive_summary(view.files.get("archive_manifest"))
     if not summary:
@@ -277,6 +300,7 @@ def run_html(view: RunView, job_dir: Path, *, generated_at: str, revision: str, 
         checkpoint_html(view),
         chain_html(view),
         published_html(view),
+        audit_html(view),
         archive_html(view),
         files_html(view),
     ]

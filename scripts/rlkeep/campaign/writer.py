@@ -39,7 +39,7 @@ VIEW_MEMO = "views.json"
 VIEW_LOCK = "views.lock"
 PLOT_CACHE = "plots"
 # raise when the views change in a way the fingerprint cannot see
-VIEWS_FORMAT = 4
+VIEWS_FORMAT = 5
 # what an older rlkeep kept beside the pages (a `campaign` rule's log, its page store and plot cache)
 LEGACY = (".pages", ".pages.json", ".pages.lock", ".plots", "logs")
 # STATUS.json is not made from itself; `.work/` holds what rlkeep derives (rlkeep.folderstate)
