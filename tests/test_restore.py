@@ -204,3 +204,27 @@ def test_without_a_data_root_the_message_says_to_name_the_destination_and_that_w
     followed = run_cli(JOB, "--from", dest, cwd=here)  # the same command with the destination named
     assert followed.returncode == 0, followed.stderr
     assert (here / f"{JOB}-restored" / "MANIFEST").read_bytes() == manifest.read_bytes()
+
+
+def test_the_rehearsal_writes_only_what_it_compares_and_still_names_a_changed_member(tmp_path: Path) -> None:
+    """The rehearsal's target keeps the job files, trainer logs and result.json; every other member
+    is held to its MANIFEST digest as it streams past and never written."""
+    from rlkeep.restore.step import compared_member
+    from rlkeep.restore.targets import ComparingTarget
+
+    dest = tmp_path / "dest"
+    _, manifest = uploaded(tmp_path / "run", dest.as_uri())
+    compared = compared_member("trace_jobs")
+    restored = restore_archive(location_from_url(dest.as_uri(), JOB), ComparingTarget(tmp_path / "scratch", compared))
+    assert restored.problems == []
+    assert sorted(restored.extraction.restored) == sorted(kept_members(manifest))
+    written = sorted(tree_digests(tmp_path / "scratch"))
+    assert written == sorted([m for m in kept_members(manifest) if compared(m)] + ["MANIFEST"])
+    assert any(m.endswith("result.json") for m in written) and any(m.startswith("logs/attempts/") for m in written)
+    assert not any(m.endswith("trajectory.json") for m in written)
+
+    tgz = dest / JOB / f"{JOB}_archive.tgz"
+    victim = sorted(m for m in kept_members(manifest) if m.endswith("trajectory.json"))[0]  # not written
+    tgz.write_bytes(rewrite_tgz(tgz.read_bytes(), lambda name, data: data[:-1] + b"X" if name == victim else data))
+    again = restore_archive(location_from_url(dest.as_uri(), JOB), ComparingTarget(tmp_path / "again", compared))
+    assert [line.split(":")[0] for line in again.extraction.corrupt] == [victim]

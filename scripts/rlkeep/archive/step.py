@@ -62,27 +62,24 @@ def archive_step(ctx: StepContext) -> None:
 def archive_sync_tars(out_tgz: Path, manifest: Path, *, trees: list[tuple[str, Path]],
                       extra_files: list[tuple[str, Path]], summary: dict[str, Any], large_threshold: int,
                       work: Path) -> dict[str, Any]:
-    """The archive of (tree, sync tar) pairs and the job's files, every tree redacted on the way;
-    returns build_archive's evidence."""
+    """The archive of (tree, sync tar) pairs and the job's files, every tree's members redacted as
+    they stream into it (one member at a time in `work`); returns build_archive's evidence."""
     # numpy and the redaction rules cost about 0.2 s to import: verify_archive and reclaim, which
     # import this package, do not redact and do not pay for them
-    from rlkeep.redaction import redact_tar, redactor_from_environment
+    from rlkeep.redaction import redactor_from_environment
+    from rlkeep.redaction.walk import TarRedaction
 
     redactor = redactor_from_environment()
-    redacted = {}
+    rewriters = {}
     for name, tar in trees:
-        report = redact_tar(tar, work / f"{name}.redacted.tar", redactor, work_dir=work / "scratch")
-        redacted[name] = work / f"{name}.redacted.tar"
+        rewriters[name] = TarRedaction(tar, redactor, work_dir=work / "scratch")
+        report = rewriters[name].report()
         log.info("archive: %s: %d members redacted (%d findings, inside containers too; %d bytes read through a "
                  "decompressor), %d binary members copied as they are",
                  name, report["members_redacted"], len(report["findings"]), report["bytes_decompressed"],
                  report["binary_members"])
-    try:
-        return build_archive(out_tgz, manifest, sources=[(name, redacted[name]) for name, _ in trees],
-                             extra_files=extra_files, summary=summary, large_threshold=large_threshold)
-    finally:
-        for path in redacted.values():
-            path.unlink(missing_ok=True)
+    return build_archive(out_tgz, manifest, sources=list(trees), extra_files=extra_files, summary=summary,
+                         large_threshold=large_threshold, rewriters=rewriters)
 
 
 def verify_archive_step(ctx: StepContext) -> None:

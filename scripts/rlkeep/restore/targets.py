@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO
 
@@ -74,6 +74,37 @@ class LocalTarget:
     def _part(self, name: str) -> Path:
         path = self.path(name)
         return path.with_name(path.name + PART_SUFFIX)
+
+
+class _Discard:
+    def write(self, data: bytes) -> int:
+        return len(data)
+
+
+class ComparingTarget:
+    """A restore that keeps only the members the comparison reads (a local folder) and checks every
+    other one by its digest as it streams past: the scratch never holds the restored tree."""
+
+    def __init__(self, root: Path, keep: Callable[[str], bool]) -> None:
+        self.local, self.keep = LocalTarget(root, durable=False), keep
+        self.description = f"{self.local.description} (only the files compared; the rest checked by digest)"
+
+    def existing(self, names: Iterable[str]) -> list[str]:
+        return self.local.existing(names)
+
+    def stage(self, name: str, body: IO[bytes]) -> tuple[int, str]:
+        return self.local.stage(name, body) if self.keep(name) else _copy_hashing(body, _Discard())  # type: ignore[arg-type]
+
+    def commit(self, name: str) -> None:
+        if self.keep(name):
+            self.local.commit(name)
+
+    def discard(self, name: str) -> None:
+        if self.keep(name):
+            self.local.discard(name)
+
+    def write_bytes(self, name: str, data: bytes) -> None:
+        self.local.write_bytes(name, data)
 
 
 class StoreTarget:
