@@ -22,13 +22,17 @@ from typing import Any
 
 from rlkeep.archive.manifest import MANIFEST_MEMBER, parse_manifest
 from rlkeep.archive.step import archive_sync_tars
-from rlkeep.metrics.trials import iter_result_files, trials_from_results
+from rlkeep.metrics.report import TRIAL_FILES
+from rlkeep.metrics.step import trial_table_step
+from rlkeep.metrics.trials import trial_from_result
 from rlkeep.reclaim import plan_reclaim, preservation
 from rlkeep.records import validate_record_data
-from rlkeep.restore.rehearsal import unaccounted_sync_members
+from rlkeep.restore.rehearsal import is_result_member, trial_rows_problems, unaccounted_sync_members
 from rlkeep.restore.run import restore_archive
 from rlkeep.restore.source import location_from_url
-from rlkeep.restore.targets import LocalTarget
+from rlkeep.restore.step import compared_member
+from rlkeep.restore.targets import ComparingTarget
+from rlkeep.steps import StepContext
 from rlkeep.storage import open_store
 from rlkeep.sync import TarOutput, TarStats, stream_objects_into_tar, trial_counts
 from rlkeep.traces import build_trace_dataset
@@ -71,8 +75,8 @@ class Run:
         self.synced: list[dict[str, Any]] = []
 
     def steps(self) -> list[tuple[str, Callable[[], None]]]:
-        return [("sync", self.sync_traces), ("archive", self.build_archive), ("restore", self.rehearse_restore),
-                ("trial_table", self.trial_table), ("trace_dataset", self.trace_dataset),
+        return [("sync", self.sync_traces), ("archive", self.build_archive), ("trial_table", self.trial_table),
+                ("restore_rehearsal", self.rehearse_restore), ("trace_dataset", self.trace_dataset),
                 ("reclaim_plan", self.reclaim_plan)]
 
     def sync_traces(self) -> None:
@@ -96,18 +100,23 @@ class Run:
                                      extra_files=[], summary=SUMMARY, large_threshold=1 << 20, work=work)
         assert evidence["kept_files"] == len(self.synced) + 1
 
+    def trial_table(self) -> None:
+        outputs = {name: self.root / "metrics" / name for name in TRIAL_FILES}
+        trial_table_step(StepContext(job=JOB, record=RECORD, data_root=self.root, inputs={"traces": self.traces_tar},
+                                     outputs={"trials": outputs["trials.csv"], **outputs}, settings={}))
+
     def rehearse_restore(self) -> None:
         tree = self.root / "restored"
         shutil.rmtree(tree, ignore_errors=True)
-        restored = restore_archive(location_from_url(self.archive.parent.as_uri(), JOB), LocalTarget(tree, durable=False))
+        rows: list[dict[str, Any]] = []
+        target = ComparingTarget(tree, compared_member, reads=lambda member: is_result_member(member, "trace_jobs"),
+                                 read=lambda member, data: rows.append(trial_from_result(member.split("/")[1], data)))
+        restored = restore_archive(location_from_url(self.archive.parent.as_uri(), JOB), target)
         _, entries = parse_manifest((self.archive / MANIFEST_MEMBER).read_text(), "MANIFEST")
         problems = restored.problems + unaccounted_sync_members(
             [("logs", self.logs_tar), ("trace_jobs", self.traces_tar)], {e.member: e for e in entries})
-        assert not problems, problems[:3]
-
-    def trial_table(self) -> None:
-        rows = trials_from_results(iter_result_files(self.root / "restored" / "trace_jobs"))
-        assert len(rows) == self.n_trials
+        problems += trial_rows_problems(rows, self.root / "metrics" / "trials.csv")
+        assert not problems and len(rows) == self.n_trials, problems[:3]
 
     def trace_dataset(self) -> None:
         manifest = build_trace_dataset(self.traces_tar, self.root / "dataset")

@@ -16,8 +16,9 @@ from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import write_json
 from rlkeep.restore.rehearsal import (
     differing_job_files,
+    is_result_member,
     metric_surface_problems,
-    trial_table_problems,
+    trial_rows_problems,
     unaccounted_sync_members,
 )
 from rlkeep.restore.run import restore_archive
@@ -38,15 +39,12 @@ def _fresh_folder(ctx: StepContext, name: str, keep: Callable[[str], bool] = lam
     return folder
 
 
-def compared_member(trace_tree: str | None) -> Callable[[str], bool]:
-    """The archive members the rehearsal's comparisons read: the job files, the trainer logs and
-    the trials' result.json; every other member is checked by its digest as it streams past."""
-    def compared(member: str) -> bool:
-        parts = member.split("/")
-        return (parts[0] == "rlkeep" or (parts[:2] == ["logs", "attempts"] and parts[-1] == "trainer.log")
-                or (trace_tree is not None and len(parts) == 3 and parts[0] == trace_tree
-                    and parts[2] == "result.json"))
-    return compared
+def compared_member(member: str) -> bool:
+    """The archive members the rehearsal's comparisons read from files: the job files and the
+    trainer logs (the trials' result.json are read as they stream past; every other member is
+    checked by its digest alone)."""
+    parts = member.split("/")
+    return parts[0] == "rlkeep" or (parts[:2] == ["logs", "attempts"] and parts[-1] == "trainer.log")
 
 
 def rehearse_restore_step(ctx: StepContext) -> None:
@@ -55,12 +53,17 @@ def rehearse_restore_step(ctx: StepContext) -> None:
     and agrees with its sources (rlkeep.restore.rehearsal). Only the files the comparisons read are
     written to scratch, so the rehearsal never holds a second copy of the trace tree. Reclamation
     waits on this sentinel; any disagreement fails the step naming the file."""
+    from rlkeep.metrics.trials import trial_from_result
+
     started = time.monotonic()
     spec = ctx.record.spec
-    compared = compared_member(spec.archive_tree)
-    tree = _fresh_folder(ctx, ".work/rehearse_restore/tree", compared)
+    tree = _fresh_folder(ctx, ".work/rehearse_restore/tree", compared_member)
+    rows: list[dict] = []
+    results = (lambda member: is_result_member(member, spec.archive_tree)) if spec.archive_tree else (lambda member: False)
+    target = ComparingTarget(tree, compared_member, reads=results,
+                             read=lambda member, data: rows.append(trial_from_result(member.split("/")[1], data)))
     try:
-        restored = restore_archive(location_from_job_dir(ctx.job_dir, ctx.job), ComparingTarget(tree, compared))
+        restored = restore_archive(location_from_job_dir(ctx.job_dir, ctx.job), target)
         problems = list(restored.problems)
         if restored.manifest_bytes != ctx.inputs["manifest"].read_bytes():
             problems.append(f"the MANIFEST at {restored.manifest_source} differs from {ctx.inputs['manifest']}")
@@ -76,7 +79,7 @@ def rehearse_restore_step(ctx: StepContext) -> None:
             problems += metric_surface_problems(tree, ctx.record.attempts, ctx.inputs["metrics"])
             tools.append("metric surface = metrics/metrics.csv")
         if "trials" in ctx.inputs and spec.archive_tree is not None:
-            problems += trial_table_problems(tree, spec.archive_tree, ctx.inputs["trials"])
+            problems += trial_rows_problems(rows, ctx.inputs["trials"])
             tools.append("trial table = metrics/trials.csv")
     finally:
         shutil.rmtree(tree, ignore_errors=True)
