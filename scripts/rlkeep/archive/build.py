@@ -32,6 +32,7 @@ from rlkeep.diskspace import TAR_OVERHEAD_PER_MEMBER, require_free
 from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import atomic_write_bytes
 from rlkeep.sync import HashingWriter, tar_member
+from rlkeep.tarstream import member_header
 
 TREE_NAMES = ("logs", "trace_jobs", "eval_jobs", "rlkeep")  # eval_jobs: eval runs (rlkeep.kinds)
 GZIP_LEVEL = 6  # level 9 costs ~3x the CPU for a few percent on text-heavy trees
@@ -139,6 +140,29 @@ class _ExactReader:
         return data
 
 
+class _MemberAt:
+    """A tar member's bytes, read at their offset in the tar file: each read seeks first, so readers
+    of one file may interleave; a tar that ends before them is the tar's error, as tarfile says it."""
+
+    def __init__(self, handle: IO[bytes], offset: int, size: int) -> None:
+        self.handle, self.position, self.left = handle, offset, size
+
+    def read(self, n: int = -1) -> bytes:
+        self.handle.seek(self.position)
+        data = self.handle.read(self.left if n < 0 else min(n, self.left))
+        if not data and self.left:
+            raise tarfile.ReadError("unexpected end of data")
+        self.position += len(data)
+        self.left -= len(data)
+        return data
+
+    def __enter__(self) -> "_MemberAt":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
 def _check_trees(trees: list[str]) -> None:
     for tree in trees:
         if tree not in TREE_NAMES or tree == "rlkeep":
@@ -207,13 +231,17 @@ def _member_body(item: Planned, tars: list[tarfile.TarFile], sources: list[tuple
     assert item.tar_index is not None and item.tarinfo is not None
     source_path = sources[item.tar_index][1]
     try:
-        body = tars[item.tar_index].extractfile(item.tarinfo)
+        tar, info = tars[item.tar_index], item.tarinfo
+        # a regular member's bytes lie whole at its data offset: read there, not through tarfile's
+        # per-member file object (sync tars hold no sparse members; another tar still may)
+        body = _MemberAt(tar.fileobj, info.offset_data, info.size) \
+            if not info.issparse() and tar.fileobj is not None else tar.extractfile(info)
         if body is None:
             raise RlkeepError(f"{source_path}: member {item.tarinfo.name!r} has no data")
         rewriter = rewriters.get(item.tar_index)
         with body:
             if rewriter is None or not rewriter.is_dirty(item.tarinfo.name):
-                yield body
+                yield body  # type: ignore[misc]
                 return
             with rewriter.redacted(body, item.tarinfo.name, item.tarinfo.size) as rewritten:
                 yield rewritten
@@ -302,7 +330,23 @@ def build_archive(
 
 def _write_member(out: tarfile.TarFile, tars: list[tarfile.TarFile], sources: list[tuple[str, Path]],
                   rewriters: dict[int, MemberRewriter], item: Planned) -> None:
+    """The member as tarfile's addfile(tar_member(...)) writes it, byte for byte, with the header
+    built by member_header (tarfile's own header code costs more than the compression of a small
+    member)."""
     if item.entry.reason is not None:
         return
+    size = item.entry.size
     with _member_body(item, tars, sources, rewriters) as body:
-        out.addfile(tar_member(item.entry.member, item.entry.size), body)
+        header = member_header(item.entry.member, size)
+        out.fileobj.write(header)  # type: ignore[union-attr]
+        left = size
+        while left:
+            chunk = body.read(min(left, 1 << 20))
+            if not chunk:
+                raise RlkeepError(f"archive member {item.entry.member}: its source ended {left} bytes early "
+                                  "(it changed since it was planned); rerun the archive step")
+            out.fileobj.write(chunk)  # type: ignore[union-attr]
+            left -= len(chunk)
+        padding = -size % tarfile.BLOCKSIZE
+        out.fileobj.write(tarfile.NUL * padding)  # type: ignore[union-attr]
+        out.offset += len(header) + size + padding
