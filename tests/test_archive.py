@@ -550,3 +550,39 @@ def test_manifest_lines_without_a_digest_still_parse_and_a_bad_digest_is_named()
     assert [(e.member, e.sha256) for e in entries] == [("logs/a", digest), ("logs/b", None)]
     with pytest.raises(RlkeepError, match=r"MANIFEST: line 2: .*expected kept<TAB>size<TAB>member\[<TAB>sha256\]"):
         parse_manifest(f"{head}\nkept\t2\tlogs/a\tnot-a-digest\n", "MANIFEST")
+
+
+def test_members_are_redacted_as_they_stream_in_with_the_bytes_of_a_redacted_copy(tmp_path: Path, monkeypatch) -> None:
+    """The archive step redacts each member on its way into the archive (one temp file at a time)
+    and gives the bytes the archive of a whole redacted copy of the tar would have."""
+    from rlkeep.archive.step import archive_sync_tars
+    from rlkeep.redaction import redact_tar, redactor_from_environment
+    from rlkeep.redaction.walk import TarRedaction
+    from tests.support.growth_tree import trace_objects
+
+    objects = trace_objects(60)
+    traces = write_tar(tmp_path / "sync" / "trace_jobs.tar", {k: (v, None) for k, v in objects.items()})
+    logs = write_tar(tmp_path / "sync" / "logs.tar", {k: v for k, v in LOGS.items() if v[1] is None})
+    redact_tar(traces, tmp_path / "redacted.tar", redactor_from_environment(), work_dir=tmp_path / "scratch")
+    build_archive(tmp_path / "copy" / "a.tgz", tmp_path / "copy" / "MANIFEST",
+                  sources=[("logs", logs), ("trace_jobs", tmp_path / "redacted.tar")], extra_files=[],
+                  summary=SUMMARY, large_threshold=THRESHOLD)
+
+    work = tmp_path / "work"
+    held: list[int] = []
+    redacted = TarRedaction.redacted
+
+    def measured(self, body, member, size):  # what the work folder holds while a member is rewritten
+        spool = redacted(self, body, member, size)
+        held.append(sum(p.stat().st_size for p in work.rglob("*") if p.is_file()))
+        return spool
+
+    monkeypatch.setattr(TarRedaction, "redacted", measured)
+    evidence = archive_sync_tars(tmp_path / "stream" / "a.tgz", tmp_path / "stream" / "MANIFEST",
+                                 trees=[("logs", logs), ("trace_jobs", traces)], extra_files=[], summary=SUMMARY,
+                                 large_threshold=THRESHOLD, work=work)
+    assert (tmp_path / "stream" / "a.tgz").read_bytes() == (tmp_path / "copy" / "a.tgz").read_bytes()
+    assert (tmp_path / "stream" / "MANIFEST").read_bytes() == (tmp_path / "copy" / "MANIFEST").read_bytes()
+    assert evidence["kept_files"] == len(objects) + sum(1 for v in LOGS.values() if v[1] is None)
+    assert held and max(held) <= max(len(data) for data in objects.values()) + 64, held  # one member, redacted
+    assert [p for p in work.rglob("*") if p.is_file()] == []

@@ -204,3 +204,38 @@ def test_without_a_data_root_the_message_says_to_name_the_destination_and_that_w
     followed = run_cli(JOB, "--from", dest, cwd=here)  # the same command with the destination named
     assert followed.returncode == 0, followed.stderr
     assert (here / f"{JOB}-restored" / "MANIFEST").read_bytes() == manifest.read_bytes()
+
+
+def test_the_rehearsal_writes_only_what_it_compares_and_still_names_a_changed_member(tmp_path: Path) -> None:
+    """The rehearsal's target writes the job files and trainer logs, hands each result.json to its
+    reader once its digest is checked, and holds every other member to its MANIFEST digest as it
+    streams past, never written."""
+    from rlkeep.restore.rehearsal import is_result_member
+    from rlkeep.restore.step import compared_member
+    from rlkeep.restore.targets import ComparingTarget
+
+    dest = tmp_path / "dest"
+    _, manifest = uploaded(tmp_path / "run", dest.as_uri())
+    read: dict[str, bytes] = {}
+
+    def target(root: Path) -> ComparingTarget:
+        return ComparingTarget(root, compared_member, reads=lambda m: is_result_member(m, "trace_jobs"),
+                               read=lambda member, data: read.__setitem__(member, data))
+
+    restored = restore_archive(location_from_url(dest.as_uri(), JOB), target(tmp_path / "scratch"))
+    assert restored.problems == []
+    assert sorted(restored.extraction.restored) == sorted(kept_members(manifest))
+    written = sorted(tree_digests(tmp_path / "scratch"))
+    assert written == sorted([m for m in kept_members(manifest) if compared_member(m)] + ["MANIFEST"])
+    assert any(m.startswith("logs/attempts/") for m in written) and not any(m.startswith("trace_jobs/") for m in written)
+    results = sorted(m for m in kept_members(manifest) if m.endswith("/result.json"))
+    assert sorted(read) == results and all(hashlib.sha256(read[m]).hexdigest() == kept_members(manifest)[m]
+                                           for m in results)
+
+    tgz = dest / JOB / f"{JOB}_archive.tgz"
+    victims = [sorted(m for m in kept_members(manifest) if m.endswith("trajectory.json"))[0], results[0]]
+    tgz.write_bytes(rewrite_tgz(tgz.read_bytes(), lambda name, data: data[:-1] + b"X" if name in victims else data))
+    read.clear()
+    again = restore_archive(location_from_url(dest.as_uri(), JOB), target(tmp_path / "again"))
+    assert sorted(line.split(":")[0] for line in again.extraction.corrupt) == sorted(victims)
+    assert results[0] not in read  # a changed result.json never reaches the comparison

@@ -1,17 +1,31 @@
-"""Free space on the data root's filesystem: refuse early when the need is known, and say it
-plainly when a write runs out of space anyway (ENOSPC/EDQUOT)."""
+"""Free space on the data root's filesystem: what a whole run needs, computed from the store listing
+before the first byte moves; refuse early when the need is known, and say it plainly when a write
+runs out of space anyway (ENOSPC/EDQUOT).
+
+`RLKEEP_FREE_BYTES`, when set, stands in for the filesystem's free bytes (the tests make a data
+root small with it; no loop device or quota needed)."""
 from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from rlkeep.errors import RlkeepError
 
 # A tar of n members is their bytes plus a 512-byte header (and a PAX header) and padding each.
 TAR_OVERHEAD_PER_MEMBER = 2048
 NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+FREE_BYTES_ENV = "RLKEEP_FREE_BYTES"
+# What a run holds at its peak, per byte it copies: the sync tars stay; the archive beside them is
+# counted at their size (gzip's ratio is not known before it runs), members are redacted as they
+# stream, so no second uncompressed copy; the restore rehearsal compares digests as it streams.
+ARCHIVE_PER_TAR_BYTE = 1
+# the export downloads the selected checkpoint's model files, then writes the model from them
+MODEL_COPIES = 2
 
 
 class DiskFullError(RlkeepError):
@@ -20,6 +34,12 @@ class DiskFullError(RlkeepError):
 
 def free_bytes(path: str | os.PathLike[str]) -> int:
     """Free bytes (for this user) on the filesystem that holds `path` or its nearest existing parent."""
+    injected = os.environ.get(FREE_BYTES_ENV)
+    if injected is not None:
+        try:
+            return int(injected)
+        except ValueError:
+            raise RlkeepError(f"environment variable {FREE_BYTES_ENV}={injected!r}: expected a byte count") from None
     probe = Path(path).absolute()
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
@@ -46,3 +66,72 @@ def no_space_message(error: OSError, fallback: str | os.PathLike[str], needed: i
     need = f" needed {needed:,} bytes;" if needed is not None else ""
     return (f"no space left on the filesystem of {path} ({error.strerror}):{need} {free_bytes(path):,} bytes free now; "
             "what was being written has been removed. Free space there, then rerun the same command")
+
+
+def _model_bytes(objects: list[tuple[str, int]], ckpts_prefix: str | None, exports_prefix: str | None) -> int:
+    """The largest model among the saved steps: an FSDP step's model rank files, or an HF export's
+    safetensors (the selected step is chosen later, from the metrics)."""
+    per_step: dict[tuple[str, str], int] = {}
+    for key, size in objects:
+        name = key.rsplit("/", 1)[-1]
+        for prefix, wanted in ((ckpts_prefix, r"model_world_size_\d+_rank_\d+\.pt"),
+                               (exports_prefix, r".+\.safetensors")):
+            if prefix and key.startswith(prefix) and re.fullmatch(wanted, name):
+                step = key[len(prefix):].split("/", 1)[0]
+                per_step[(prefix, step)] = per_step.get((prefix, step), 0) + size
+    return max(per_step.values(), default=0)
+
+
+def run_space_need(objects: Iterable[tuple[str, int]], *, traces_prefix: str | None, ckpts_prefix: str | None,
+                   exports_prefix: str | None, left_out: Callable[[str], Any]) -> dict[str, int]:
+    """What a run's data root holds at its peak, from the store listing (key, size) under the
+    record's store: the sync tars (the trace tree, and the logs and artifacts `left_out` does not
+    name as weights or dumps), the archive beside them, and the largest model MODEL_COPIES times."""
+    objects = list(objects)
+    prefixes = [p.strip("/") + "/" if p else None for p in (traces_prefix, ckpts_prefix, exports_prefix)]
+    traces, ckpts, exports = prefixes
+    trace_bytes = log_bytes = members = 0
+    for key, size in objects:
+        if traces and key.startswith(traces):
+            trace_bytes += size
+        elif not left_out(key):
+            log_bytes += size
+        else:
+            continue
+        members += 1
+    tars = trace_bytes + log_bytes + TAR_OVERHEAD_PER_MEMBER * (members + 4)
+    model = _model_bytes(objects, ckpts, exports)
+    archive = ARCHIVE_PER_TAR_BYTE * tars
+    return {"trace_bytes": trace_bytes, "log_bytes": log_bytes, "sync_tar_bytes": tars, "archive_bytes": archive,
+            "model_bytes": model, "model_copies": MODEL_COPIES, "needed_bytes": tars + archive + MODEL_COPIES * model}
+
+
+def bytes_under(folder: Path) -> int:
+    """The bytes of the files under `folder` (what a resumed run already holds)."""
+    total = 0
+    for directory, _, names in os.walk(folder):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(directory, name)).st_size
+            except OSError:
+                pass  # removed meanwhile
+    return total
+
+
+def require_run_space(job_dir: Path, need: dict[str, int], what: str) -> tuple[int, int]:
+    """Refuse before any transfer when the data root cannot hold the run at its peak (less what the
+    job folder already holds, on a resumed run); (bytes still needed, free bytes)."""
+    present = bytes_under(job_dir) if job_dir.is_dir() else 0
+    still = max(0, need["needed_bytes"] - present)
+    free = free_bytes(job_dir)
+    parts = (f"the sync tars ({need['sync_tar_bytes']:,} bytes), the archive beside them (up to "
+             f"{need['archive_bytes']:,}) and the model ({need['model_bytes']:,} bytes, {need['model_copies']}x "
+             f"during export)")
+    if still > free:
+        raise DiskFullError(
+            f"{what}: this run needs {still:,} bytes free on the data root before it starts, its filesystem has "
+            f"{free:,} ({Path(job_dir).absolute()}): {parts}"
+            + (f", less the {present:,} bytes the job folder holds already" if present else "")
+            + f"; nothing was transferred. Free at least {still - free:,} bytes there (or move the data root), "
+              "then rerun the same command")
+    return still, free

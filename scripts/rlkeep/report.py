@@ -327,6 +327,19 @@ def continue_command(job: str, step: Step | None, invocation: str) -> str:
     return command
 
 
+def disk_need(job_dir: Path) -> dict[str, Any] | None:
+    """What the run holds on the data root at its peak, as the syncs computed it from the store
+    listing before their first byte (rlkeep.diskspace.run_space_need); None before that."""
+    for name in ("sync/logs.manifest.json", "sync/trace_jobs.manifest.json"):
+        try:
+            space = read_json(job_dir / name).get("space")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(space, dict):
+            return space
+    return None
+
+
 def build_status(job_dir: Path, kind: str | None = None, *, record: JobRecord | None = None,
                  invocation: str = "snakemake --profile iris") -> dict[str, Any]:
     """STATUS.json: every step's status and, when the record is readable, everything DONE would
@@ -361,6 +374,7 @@ def build_status(job_dir: Path, kind: str | None = None, *, record: JobRecord | 
         "remaining_work": remaining,
         "continue": (" && ".join(repairs) if repairs else continue_command(job_dir.name, None, invocation))
         if remaining else None,
+        "disk": disk_need(job_dir),
     }
 
 

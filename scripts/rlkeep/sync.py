@@ -20,7 +20,7 @@ from typing import Any
 from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import read_json, write_json
 from rlkeep.regions import store_to_local
-from rlkeep.diskspace import TAR_OVERHEAD_PER_MEMBER, require_free
+from rlkeep.diskspace import TAR_OVERHEAD_PER_MEMBER, require_free, require_run_space, run_space_need
 from rlkeep.scheduler import IrisCli, JobGoneError, LogFetch, scheduler_for
 from rlkeep.steps import StepContext, check_transfer
 from rlkeep.storage import ObjectInfo, Store, open_store
@@ -85,6 +85,19 @@ def enforce_skip_policy(skipped: list[dict[str, Any]], policy: dict[str, Any], w
         raise RlkeepError(f"{what}: {len(skipped)} objects skipped, more than sync.skip_policy.max_skipped = {limit}")
 
 
+def check_run_space(ctx: StepContext, listed: Iterable[ObjectInfo], what: str) -> dict[str, int]:
+    """Both syncs, before their first byte: the whole run's peak on the data root, from the listing
+    of the record's store (each sync checks it, so neither starts when the run cannot finish)."""
+    layout = ctx.record.layout
+    need = run_space_need(((info.key, info.size) for info in listed), traces_prefix=layout.get("traces"),
+                          ckpts_prefix=layout.get("ckpts"), exports_prefix=layout.get("exports"),
+                          left_out=is_weight_or_dump)
+    still, free = require_run_space(ctx.job_dir, need, what)
+    log.info("%s: the run needs %d bytes on the data root at its peak (%d more than its job folder holds), "
+             "%d are free", what, need["needed_bytes"], still, free)
+    return need
+
+
 # --------------------------------------------------------------------------- the trace tree
 
 
@@ -108,6 +121,7 @@ def sync_traces_step(ctx: StepContext) -> None:
     if not listed:
         raise RlkeepError(f"{traces_url}: no trace objects under this prefix; check the record's store and layout.traces")
     log.info("%s: %d objects listed, %d to sync, %d excluded", traces_url, len(listed), len(chosen), len(skipped))
+    space = check_run_space(ctx, open_store(ctx.record.store).list(), f"trace sync from {traces_url}")
     check_transfer(ctx, nbytes=sum(info.size for info in chosen), what=f"trace sync from {traces_url}", **store_to_local(ctx))
     require_free(ctx.outputs["tar"], sum(info.size for info in chosen) + TAR_OVERHEAD_PER_MEMBER * (len(chosen) + 2),
                  f"trace sync from {traces_url}")
@@ -134,6 +148,7 @@ def sync_traces_step(ctx: StepContext) -> None:
         "trial_depth": spec.trial_depth,
         **trial_counts((info.key for info in listed), spec.trial_depth),
         "trials_completed_in_tar": trial_counts((o["key"] for o in stats.objects), spec.trial_depth)["trials_completed"],
+        "space": space,
         "objects": stats.objects,
     }
     write_json(ctx.outputs["manifest"], manifest)
@@ -258,7 +273,8 @@ def sync_logs_step(ctx: StepContext) -> None:
     store = open_store(record.store)
     traces = record.layout.get("traces")  # synced on its own by sync_traces; absent for sft
     traces_prefix = traces.strip("/") + "/" if traces else None
-    listed = [info for info in store.list() if traces_prefix is None or not info.key.startswith(traces_prefix)]
+    everything = list(store.list())
+    listed = [info for info in everything if traces_prefix is None or not info.key.startswith(traces_prefix)]
     chosen, skipped = [], []
     for info in listed:
         reason = is_weight_or_dump(info.key)
@@ -266,6 +282,7 @@ def sync_logs_step(ctx: StepContext) -> None:
             chosen.append(info)
         else:
             skipped.append({"key": info.key, "size": info.size, "reason": reason})
+    space = check_run_space(ctx, everything, f"log sync from {record.store}")
 
     check_transfer(ctx, nbytes=sum(info.size for info in chosen), what=f"log sync from {record.store}", **store_to_local(ctx))
     require_free(ctx.outputs["tar"], sum(info.size for info in chosen) + TAR_OVERHEAD_PER_MEMBER * (len(chosen) + 2),
@@ -306,6 +323,7 @@ def sync_logs_step(ctx: StepContext) -> None:
         "sha256": hasher.digest.hexdigest(),
         "tar_bytes": hasher.size,
         "objects_skipped": sorted(stats.objects_skipped, key=lambda s: s["key"]),
+        "space": space,
         "objects": stats.objects,
     }
     write_json(ctx.outputs["manifest"], manifest)

@@ -2,7 +2,9 @@
 
 Members are streamed from the source tars straight into the output (random access into the
 plain tar, no extraction to disk) in sorted order with fixed metadata, and the gzip header
-carries no time and no file name, so the same inputs give the same bytes. The MANIFEST is
+carries no time and no file name, so the same inputs give the same bytes. A source may come with
+a rewriter (the redaction): a member it names is rewritten on its way in, into one temp file at a
+time, so the disk never holds a second copy of a source tree. The MANIFEST is
 also the archive's first member, so the tarball describes itself when found alone.
 """
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from rlkeep.archive.manifest import (
     DEFAULT_LARGE_THRESHOLD,
@@ -30,12 +32,21 @@ from rlkeep.diskspace import TAR_OVERHEAD_PER_MEMBER, require_free
 from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import atomic_write_bytes
 from rlkeep.sync import HashingWriter, tar_member
+from rlkeep.tarstream import member_header
 
 TREE_NAMES = ("logs", "trace_jobs", "eval_jobs", "rlkeep")  # eval_jobs: eval runs (rlkeep.kinds)
 GZIP_LEVEL = 6  # level 9 costs ~3x the CPU for a few percent on text-heavy trees
 
 
 # --------------------------------------------------------------------------- sources
+
+
+class MemberRewriter(Protocol):
+    """Rewrites some members of one source tar (rlkeep.redaction.walk.TarRedaction)."""
+
+    def is_dirty(self, member: str) -> bool: ...
+
+    def redacted(self, body: IO[bytes], member: str, size: int) -> IO[bytes]: ...  # a temp file at its start
 
 
 @dataclass(frozen=True)
@@ -129,6 +140,29 @@ class _ExactReader:
         return data
 
 
+class _MemberAt:
+    """A tar member's bytes, read at their offset in the tar file: each read seeks first, so readers
+    of one file may interleave; a tar that ends before them is the tar's error, as tarfile says it."""
+
+    def __init__(self, handle: IO[bytes], offset: int, size: int) -> None:
+        self.handle, self.position, self.left = handle, offset, size
+
+    def read(self, n: int = -1) -> bytes:
+        self.handle.seek(self.position)
+        data = self.handle.read(self.left if n < 0 else min(n, self.left))
+        if not data and self.left:
+            raise tarfile.ReadError("unexpected end of data")
+        self.position += len(data)
+        self.left -= len(data)
+        return data
+
+    def __enter__(self) -> "_MemberAt":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
 def _check_trees(trees: list[str]) -> None:
     for tree in trees:
         if tree not in TREE_NAMES or tree == "rlkeep":
@@ -138,7 +172,8 @@ def _check_trees(trees: list[str]) -> None:
 
 
 def _open_and_plan(stack: ExitStack, sources: list[tuple[str, Path]], extra_files: list[tuple[str, Path]],
-                   large_threshold: int) -> tuple[list[tarfile.TarFile], list[Planned]]:
+                   large_threshold: int, rewriters: dict[int, MemberRewriter]
+                   ) -> tuple[list[tarfile.TarFile], list[Planned]]:
     """The open source tars and every member planned (kept or skipped), sorted by member name."""
     tars: list[tarfile.TarFile] = []
     planned: list[Planned] = []
@@ -158,27 +193,37 @@ def _open_and_plan(stack: ExitStack, sources: list[tuple[str, Path]], extra_file
     duplicate = next((a for a, b in zip(names, names[1:]) if a == b), None)
     if duplicate is not None:
         raise RlkeepError(f"archive: member {duplicate!r} would be written twice; check extra_files names")
-    return tars, [_with_digest(item, tars, sources) for item in planned]
+    return tars, [_with_digest(item, tars, sources, rewriters, large_threshold) for item in planned]
 
 
-def _with_digest(item: Planned, tars: list[tarfile.TarFile], sources: list[tuple[str, Path]]) -> Planned:
-    """The planned member with the sha256 of its bytes in the MANIFEST line.
+def _with_digest(item: Planned, tars: list[tarfile.TarFile], sources: list[tuple[str, Path]],
+                 rewriters: dict[int, MemberRewriter], large_threshold: int) -> Planned:
+    """The planned member with the size and sha256 of its bytes (rewritten, if its source's
+    rewriter names it) in the MANIFEST line.
 
     The MANIFEST is the archive's first member, so its digests are taken in a reading pass before
-    the archive is written (the sources are local files, just written by redaction).
+    the archive is written (the sources are local files, just written by the sync).
     """
     if item.entry.reason is not None:
         return item
-    digest = hashlib.sha256()
-    with _member_body(item, tars, sources) as body:
+    digest, size = hashlib.sha256(), 0
+    with _member_body(item, tars, sources, rewriters) as body:
         for chunk in iter(lambda: body.read(1 << 20), b""):
             digest.update(chunk)
-    return replace(item, entry=replace(item.entry, sha256=digest.hexdigest()))
+            size += len(chunk)
+    entry = replace(item.entry, size=size, sha256=digest.hexdigest())
+    if size != item.entry.size:  # rewritten: the rule sees the size that is archived
+        reason = archive_rule(entry.member, size, large_threshold=large_threshold)
+        if reason is not None:
+            return Planned(replace(entry, reason=reason, sha256=None), None, None, None)
+    return replace(item, entry=entry)
 
 
 @contextmanager
-def _member_body(item: Planned, tars: list[tarfile.TarFile], sources: list[tuple[str, Path]]) -> Iterator[IO[bytes]]:
-    """A reader of a kept member's bytes: the job file, or its member of a source tar."""
+def _member_body(item: Planned, tars: list[tarfile.TarFile], sources: list[tuple[str, Path]],
+                 rewriters: dict[int, MemberRewriter]) -> Iterator[IO[bytes]]:
+    """A reader of a kept member's bytes: the job file, or its member of a source tar (rewritten
+    into a temp file when its source's rewriter names it)."""
     if item.path is not None:
         with open(item.path, "rb") as handle:
             yield _ExactReader(handle, item.entry.size, str(item.path))  # type: ignore[misc]
@@ -186,18 +231,27 @@ def _member_body(item: Planned, tars: list[tarfile.TarFile], sources: list[tuple
     assert item.tar_index is not None and item.tarinfo is not None
     source_path = sources[item.tar_index][1]
     try:
-        body = tars[item.tar_index].extractfile(item.tarinfo)
+        tar, info = tars[item.tar_index], item.tarinfo
+        # a regular member's bytes lie whole at its data offset: read there, not through tarfile's
+        # per-member file object (sync tars hold no sparse members; another tar still may)
+        body = _MemberAt(tar.fileobj, info.offset_data, info.size) \
+            if not info.issparse() and tar.fileobj is not None else tar.extractfile(info)
         if body is None:
             raise RlkeepError(f"{source_path}: member {item.tarinfo.name!r} has no data")
+        rewriter = rewriters.get(item.tar_index)
         with body:
-            yield body
+            if rewriter is None or not rewriter.is_dirty(item.tarinfo.name):
+                yield body  # type: ignore[misc]
+                return
+            with rewriter.redacted(body, item.tarinfo.name, item.tarinfo.size) as rewritten:
+                yield rewritten
     except (tarfile.TarError, OSError, EOFError, zlib.error) as error:
         raise RlkeepError(f"{source_path}: member {item.tarinfo.name!r} could not be read ({error}); "
                           "the sync tar is truncated or corrupt: rerun the sync step") from None
 
 
 def _write_tgz(out_tgz: Path, manifest_bytes: bytes, planned: list[Planned], tars: list[tarfile.TarFile],
-               sources: list[tuple[str, Path]]) -> HashingWriter:
+               sources: list[tuple[str, Path]], rewriters: dict[int, MemberRewriter]) -> HashingWriter:
     """Write the tgz through a part file (removed on any failure); the writer holds its size and sha256."""
     tmp = out_tgz.with_name(f".{out_tgz.name}.part")
     # gzip only shrinks what it keeps (plus tar headers), so the kept bytes bound the archive
@@ -211,7 +265,7 @@ def _write_tgz(out_tgz: Path, manifest_bytes: bytes, planned: list[Planned], tar
                 with tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as out:
                     out.addfile(tar_member(MANIFEST_MEMBER, len(manifest_bytes)), io.BytesIO(manifest_bytes))
                     for item in planned:
-                        _write_member(out, tars, sources, item)
+                        _write_member(out, tars, sources, rewriters, item)
             raw.flush()
             os.fsync(raw.fileno())
         os.replace(tmp, out_tgz)
@@ -229,22 +283,25 @@ def build_archive(
     extra_files: list[tuple[str, Path]],
     summary: dict[str, Any],
     large_threshold: int = DEFAULT_LARGE_THRESHOLD,
+    rewriters: dict[str, MemberRewriter] | None = None,
 ) -> dict[str, Any]:
     """Write `out_tgz` and `manifest_path` (each atomically) and return the evidence.
 
     sources: (tree, tar) pairs, e.g. ("logs", sync/logs.tar), ("trace_jobs", sync/trace_jobs.tar);
     members land under `<tree>/`. extra_files: (name, path) pairs; they land under `rlkeep/<name>`.
     summary: run, cluster, jobs, first_submitted, last_finished, tracker (see summary_from_chain).
+    rewriters: tree -> what rewrites that tree's members on their way in (the redaction).
     """
     out_tgz, manifest_path = Path(out_tgz), Path(manifest_path)
     if large_threshold < 0:
         raise RlkeepError(f"archive: large_threshold is {large_threshold}; expected a byte count >= 0")
     _check_trees([tree for tree, _ in sources])
     with ExitStack() as stack:
-        tars, planned = _open_and_plan(stack, sources, extra_files, large_threshold)
+        by_index = {index: (rewriters or {})[tree] for index, (tree, _) in enumerate(sources) if tree in (rewriters or {})}
+        tars, planned = _open_and_plan(stack, sources, extra_files, large_threshold, by_index)
         entries = [p.entry for p in planned]
         manifest_bytes = manifest_text(summary, entries).encode("utf-8")
-        hasher = _write_tgz(out_tgz, manifest_bytes, planned, tars, sources)
+        hasher = _write_tgz(out_tgz, manifest_bytes, planned, tars, sources, by_index)
     atomic_write_bytes(manifest_path, manifest_bytes)
 
     kept = [e for e in entries if e.reason is None]
@@ -271,8 +328,25 @@ def build_archive(
     }
 
 
-def _write_member(out: tarfile.TarFile, tars: list[tarfile.TarFile], sources: list[tuple[str, Path]], item: Planned) -> None:
+def _write_member(out: tarfile.TarFile, tars: list[tarfile.TarFile], sources: list[tuple[str, Path]],
+                  rewriters: dict[int, MemberRewriter], item: Planned) -> None:
+    """The member as tarfile's addfile(tar_member(...)) writes it, byte for byte, with the header
+    built by member_header (tarfile's own header code costs more than the compression of a small
+    member)."""
     if item.entry.reason is not None:
         return
-    with _member_body(item, tars, sources) as body:
-        out.addfile(tar_member(item.entry.member, item.entry.size), body)
+    size = item.entry.size
+    with _member_body(item, tars, sources, rewriters) as body:
+        header = member_header(item.entry.member, size)
+        out.fileobj.write(header)  # type: ignore[union-attr]
+        left = size
+        while left:
+            chunk = body.read(min(left, 1 << 20))
+            if not chunk:
+                raise RlkeepError(f"archive member {item.entry.member}: its source ended {left} bytes early "
+                                  "(it changed since it was planned); rerun the archive step")
+            out.fileobj.write(chunk)  # type: ignore[union-attr]
+            left -= len(chunk)
+        padding = -size % tarfile.BLOCKSIZE
+        out.fileobj.write(tarfile.NUL * padding)  # type: ignore[union-attr]
+        out.offset += len(header) + size + padding

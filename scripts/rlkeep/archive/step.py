@@ -4,6 +4,7 @@ and `verify_archive` (hold the tarball to its MANIFEST, upload and verify the re
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 from rlkeep.archive.build import build_archive
@@ -46,31 +47,39 @@ def archive_step(ctx: StepContext) -> None:
     # every other destination, inside compressed logs, tars and zips too; a member that cannot be
     # opened or rewritten (encrypted zip, bomb) stops the step; other binary members are copied.
 
+    evidence = archive_sync_tars(
+        ctx.outputs["tgz"], ctx.outputs["manifest"],
+        trees=[(name, ctx.inputs[key]) for name, key in trees],
+        extra_files=extra,
+        summary=summary_from_chain(ctx.record, chain),
+        large_threshold=int(ctx.settings.get("large_terminal_bytes", DEFAULT_LARGE_THRESHOLD)),
+        work=ctx.work_dir("archive"),
+    )
+    log.info("archive: %s kept files (%s bytes), %s skipped", evidence.get("kept_files"), evidence.get("kept_bytes"),
+             evidence.get("skipped_files"))
+
+
+def archive_sync_tars(out_tgz: Path, manifest: Path, *, trees: list[tuple[str, Path]],
+                      extra_files: list[tuple[str, Path]], summary: dict[str, Any], large_threshold: int,
+                      work: Path) -> dict[str, Any]:
+    """The archive of (tree, sync tar) pairs and the job's files, every tree's members redacted as
+    they stream into it (one member at a time in `work`); returns build_archive's evidence."""
     # numpy and the redaction rules cost about 0.2 s to import: verify_archive and reclaim, which
     # import this package, do not redact and do not pay for them
-    from rlkeep.redaction import redact_tar, redactor_from_environment
+    from rlkeep.redaction import redactor_from_environment
+    from rlkeep.redaction.walk import TarRedaction
 
-    work = ctx.work_dir("archive")
     redactor = redactor_from_environment()
-    redacted = {}
-    for name, key in trees:
-        report = redact_tar(ctx.inputs[key], work / f"{name}.redacted.tar", redactor, work_dir=work / "scratch")
-        redacted[name] = work / f"{name}.redacted.tar"
+    rewriters = {}
+    for name, tar in trees:
+        rewriters[name] = TarRedaction(tar, redactor, work_dir=work / "scratch")
+        report = rewriters[name].report()
         log.info("archive: %s: %d members redacted (%d findings, inside containers too; %d bytes read through a "
                  "decompressor), %d binary members copied as they are",
                  name, report["members_redacted"], len(report["findings"]), report["bytes_decompressed"],
                  report["binary_members"])
-    evidence = build_archive(
-        ctx.outputs["tgz"], ctx.outputs["manifest"],
-        sources=[(name, redacted[name]) for name, _ in trees],
-        extra_files=extra,
-        summary=summary_from_chain(ctx.record, chain),
-        large_threshold=int(ctx.settings.get("large_terminal_bytes", DEFAULT_LARGE_THRESHOLD)),
-    )
-    log.info("archive: %s kept files (%s bytes), %s skipped", evidence.get("kept_files"), evidence.get("kept_bytes"),
-             evidence.get("skipped_files"))
-    for path in redacted.values():
-        path.unlink(missing_ok=True)
+    return build_archive(out_tgz, manifest, sources=list(trees), extra_files=extra_files, summary=summary,
+                         large_threshold=large_threshold, rewriters=rewriters)
 
 
 def verify_archive_step(ctx: StepContext) -> None:

@@ -278,3 +278,45 @@ def scan_container_file(path: Path, rel: str, source: BinaryIO, redactor: Redact
         raise
     return FileOutcome([], rewritten=True, member_findings=scan.findings, unreadable=scan.unreadable,
                        bytes_decompressed=scan.budget.decompressed)
+
+
+class TarRedaction:
+    """A tar scanned for findings, whose members are then redacted one at a time as a reader
+    streams them elsewhere (the archive), so no redacted copy of the whole tar is written. A member
+    that cannot be opened or rewritten (encrypted zip, bomb, corrupt container) stops it at the
+    scan, naming the member, as redact_tar does."""
+
+    def __init__(self, source_tar: str | Path, redactor: Redactor, *, work_dir: str | Path) -> None:
+        self.source_tar, self.work_dir = Path(source_tar), Path(work_dir)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.scan = Walker(redactor, work_dir=self.work_dir)
+        with open(self.source_tar, "rb") as source:
+            _process_or_refuse(self.scan, source, self.source_tar.name, str(self.source_tar))
+        refused = [(where, reason) for where, reason in self.scan.unreadable
+                   if not reason.startswith("not scanned: binary")]
+        if refused:
+            where, reason = refused[0]
+            raise RlkeepError(f"{self.source_tar}: member {where}: {reason}; rlkeep cannot read or redact it, so "
+                              "nothing from this tree is archived: remove or re-pack that file at the source and rerun")
+        self._rewrite = Walker(redactor, work_dir=self.work_dir,
+                               dirty=frozenset(where for where, _, _ in self.scan.findings))
+
+    def is_dirty(self, member: str) -> bool:
+        """Whether the tar member (its name as the tar has it) had a finding or holds one."""
+        return bool(self.scan.findings) and self._rewrite.is_dirty(member)
+
+    def redacted(self, body: BinaryIO, member: str, size: int):  # type: ignore[no-untyped-def]
+        """The member's bytes redacted, in a temp file at its start (close it to remove it)."""
+        try:
+            return self._rewrite._rewritten(body, member, member, 0, size)
+        except Refused as error:
+            raise RlkeepError(f"{self.source_tar}: member {member}: {error}; rlkeep cannot read or redact it, so "
+                              "it is not published") from None
+
+    def report(self) -> dict:
+        """What redact_tar returns: findings (kind, member, line; never the value) and counts."""
+        scan = self.scan
+        members = {where.split(SEPARATOR, 1)[0] for where, _, _ in scan.findings}
+        return {"source": str(self.source_tar), "binary_members": len(scan.unreadable),
+                "members_redacted": len(members), "bytes_decompressed": scan.budget.decompressed,
+                "findings": [{"kind": kind, "member": where, "line": line} for where, line, kind in scan.findings]}

@@ -81,15 +81,18 @@ def metric_surface_problems(tree: Path, attempts: Sequence[str], original: Path)
             f"{_first_difference(rebuilt, wanted)}"]
 
 
-def trial_table_problems(tree: Path, trace_tree: str, original: Path) -> list[str]:
-    """The trial table of the restored `<trace_tree>/<trial>/result.json`s against trials.csv."""
-    from rlkeep.metrics.report import trials_csv
-    from rlkeep.metrics.trials import iter_result_files, trials_from_results
+def is_result_member(member: str, trace_tree: str) -> bool:
+    """`<trace_tree>/<trial>/result.json`: what the trial table is made from."""
+    parts = member.split("/")
+    return len(parts) == 3 and parts[0] == trace_tree and parts[2] == "result.json"
 
-    folder = tree / trace_tree
-    if not folder.is_dir():
-        return [f"{folder}: no trace tree was restored; the trial table cannot be rebuilt"]
-    rebuilt = trials_csv(trials_from_results(iter_result_files(folder)))
+
+def trial_rows_problems(rows: Sequence[dict], original: Path) -> list[str]:
+    """Trial rows (rlkeep.metrics.trials.trial_from_result of each restored result.json, as the
+    rehearsal reads them streaming) against trials.csv."""
+    from rlkeep.metrics.report import trials_csv
+
+    rebuilt = trials_csv(sorted(rows, key=lambda row: row["trial"]))
     wanted = original.read_bytes()
     if rebuilt == wanted:
         return []

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from collections.abc import Callable
 
 from rlkeep.archive.manifest import iter_manifest_entries
 from rlkeep.archive.step import ARCHIVED_JOB_FILES
@@ -15,37 +16,54 @@ from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import write_json
 from rlkeep.restore.rehearsal import (
     differing_job_files,
+    is_result_member,
     metric_surface_problems,
-    trial_table_problems,
+    trial_rows_problems,
     unaccounted_sync_members,
 )
 from rlkeep.restore.run import restore_archive
 from rlkeep.restore.source import location_from_job_dir
-from rlkeep.restore.targets import LocalTarget
+from rlkeep.restore.targets import ComparingTarget, LocalTarget
 from rlkeep.steps import StepContext
 
 log = logging.getLogger("rlkeep.restore")
 
 
-def _fresh_folder(ctx: StepContext, name: str):  # type: ignore[no-untyped-def]
-    """An empty folder for a restored tree, with room for the MANIFEST's kept bytes."""
+def _fresh_folder(ctx: StepContext, name: str, keep: Callable[[str], bool] = lambda member: True):  # type: ignore[no-untyped-def]
+    """An empty folder for a restored tree, with room for the MANIFEST's kept bytes it will hold."""
     folder = ctx.job_dir / name
     shutil.rmtree(folder, ignore_errors=True)
-    entries = [e for e in iter_manifest_entries(ctx.inputs["manifest"]) if e.reason is None]
+    entries = [e for e in iter_manifest_entries(ctx.inputs["manifest"]) if e.reason is None and keep(e.member)]
     require_free(folder, sum(e.size + TAR_OVERHEAD_PER_MEMBER for e in entries), name)
     folder.mkdir(parents=True)
     return folder
 
 
+def compared_member(member: str) -> bool:
+    """The archive members the rehearsal's comparisons read from files: the job files and the
+    trainer logs (the trials' result.json are read as they stream past; every other member is
+    checked by its digest alone)."""
+    parts = member.split("/")
+    return parts[0] == "rlkeep" or (parts[:2] == ["logs", "attempts"] and parts[-1] == "trainer.log")
+
+
 def rehearse_restore_step(ctx: StepContext) -> None:
     """`<job>/verify/restore.json`: the archive, read again from its destination (streamed, never
-    stored whole), restores into scratch whole and agrees with its sources (rlkeep.restore.rehearsal).
-    Reclamation waits on this sentinel; any disagreement fails the step naming the file."""
+    stored whole), restores with every member held to the MANIFEST's size and digest as it streams,
+    and agrees with its sources (rlkeep.restore.rehearsal). Only the files the comparisons read are
+    written to scratch, so the rehearsal never holds a second copy of the trace tree. Reclamation
+    waits on this sentinel; any disagreement fails the step naming the file."""
+    from rlkeep.metrics.trials import trial_from_result
+
     started = time.monotonic()
     spec = ctx.record.spec
-    tree = _fresh_folder(ctx, ".work/rehearse_restore/tree")
+    tree = _fresh_folder(ctx, ".work/rehearse_restore/tree", compared_member)
+    rows: list[dict] = []
+    results = (lambda member: is_result_member(member, spec.archive_tree)) if spec.archive_tree else (lambda member: False)
+    target = ComparingTarget(tree, compared_member, reads=results,
+                             read=lambda member, data: rows.append(trial_from_result(member.split("/")[1], data)))
     try:
-        restored = restore_archive(location_from_job_dir(ctx.job_dir, ctx.job), LocalTarget(tree, durable=False))
+        restored = restore_archive(location_from_job_dir(ctx.job_dir, ctx.job), target)
         problems = list(restored.problems)
         if restored.manifest_bytes != ctx.inputs["manifest"].read_bytes():
             problems.append(f"the MANIFEST at {restored.manifest_source} differs from {ctx.inputs['manifest']}")
@@ -61,7 +79,7 @@ def rehearse_restore_step(ctx: StepContext) -> None:
             problems += metric_surface_problems(tree, ctx.record.attempts, ctx.inputs["metrics"])
             tools.append("metric surface = metrics/metrics.csv")
         if "trials" in ctx.inputs and spec.archive_tree is not None:
-            problems += trial_table_problems(tree, spec.archive_tree, ctx.inputs["trials"])
+            problems += trial_rows_problems(rows, ctx.inputs["trials"])
             tools.append("trial table = metrics/trials.csv")
     finally:
         shutil.rmtree(tree, ignore_errors=True)

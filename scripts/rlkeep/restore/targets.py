@@ -8,9 +8,10 @@ asks `existing` first and refuses before anything is read.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO
 
@@ -74,6 +75,51 @@ class LocalTarget:
     def _part(self, name: str) -> Path:
         path = self.path(name)
         return path.with_name(path.name + PART_SUFFIX)
+
+
+class _Discard:
+    def write(self, data: bytes) -> int:
+        return len(data)
+
+
+class ComparingTarget:
+    """A restore that writes only the members the comparison reads from files (a local folder), hands
+    the ones it reads as bytes to `read` once their digest is checked, and checks every other one by
+    its digest as it streams past: the scratch never holds the restored tree, the memory one member."""
+
+    def __init__(self, root: Path, keep: Callable[[str], bool], read: Callable[[str, bytes], None] | None = None,
+                 reads: Callable[[str], bool] = lambda name: False) -> None:
+        self.local, self.keep, self.read, self.reads = LocalTarget(root, durable=False), keep, read, reads
+        self.description = f"{self.local.description} (only the files compared; the rest checked by digest)"
+        self._held: dict[str, bytes] = {}
+
+    def existing(self, names: Iterable[str]) -> list[str]:
+        return self.local.existing(names)
+
+    def stage(self, name: str, body: IO[bytes]) -> tuple[int, str]:
+        if self.keep(name):
+            return self.local.stage(name, body)
+        if self.read is not None and self.reads(name):
+            held = io.BytesIO()
+            result = _copy_hashing(body, held)  # type: ignore[arg-type]
+            self._held[name] = held.getvalue()
+            return result
+        return _copy_hashing(body, _Discard())  # type: ignore[arg-type]
+
+    def commit(self, name: str) -> None:
+        if self.keep(name):
+            self.local.commit(name)
+        elif name in self._held:
+            assert self.read is not None
+            self.read(name, self._held.pop(name))
+
+    def discard(self, name: str) -> None:
+        if self.keep(name):
+            self.local.discard(name)
+        self._held.pop(name, None)
+
+    def write_bytes(self, name: str, data: bytes) -> None:
+        self.local.write_bytes(name, data)
 
 
 class StoreTarget:
