@@ -8,6 +8,8 @@ import html
 import re
 from typing import Any
 
+from rlkeep import readable
+
 STEP_STATES = ("completed", "blocked", "pending", "not_applicable")
 
 
@@ -23,7 +25,7 @@ table{border-collapse:collapse;margin:.4rem 0}caption{text-align:left;font-weigh
 th,td{border:1px solid var(--line);padding:.25rem .4rem;vertical-align:top;text-align:left}
 thead th{background:#ececec}
 .st-completed,.ov-done,.strip .c{background:#d7f0d9;color:#0b4d12}
-.st-blocked,.ov-blocked,.ov-unreadable,.strip .b{background:#fbd5d5;color:#7a0b0b}
+.st-blocked,.ov-blocked,.ov-unreadable,.ov-refused,.strip .b{background:#fbd5d5;color:#7a0b0b}
 .st-pending,.ov-in_progress,.strip .p{background:#fff1c2;color:#5c4300}.st-not_applicable,.ov-not_started,.strip .n{background:#eeeeee;color:#3d3d3d}
 .badge{display:inline-block;padding:0 .35rem;border-radius:3px;font-weight:600;white-space:nowrap}
 .reason{display:block;font-size:12px;white-space:pre-wrap}
@@ -48,7 +50,7 @@ border:1px solid #7a0b0b;padding:.3rem .5rem;white-space:pre-wrap;font-size:12px
 button.sort{font:inherit;background:none;border:0;padding:0;cursor:pointer;text-decoration:underline;color:inherit}
 #controls{margin:.4rem 0;display:flex;gap:1rem;align-items:center;flex-wrap:wrap}
 .banner{border:2px solid #7a0b0b;background:#fff6f6;padding:.3rem .8rem .5rem;margin:.5rem 0}
-.banner h2{margin:.2rem 0;color:#7a0b0b}.banner ul{margin:.2rem 0;padding-left:1.2rem}
+.wrap{white-space:pre-wrap;overflow-wrap:anywhere}.banner h2{margin:.2rem 0;color:#7a0b0b}.banner ul{margin:.2rem 0;padding-left:1.2rem}
 .calm{border:1px solid #0b4d12;background:#f4fbf4;padding:.4rem .8rem}
 .top{display:flex;gap:1.5rem;align-items:flex-start;flex-wrap:wrap}.top>section{flex:1 1 30rem;min-width:0}
 svg.overlay{width:100%;max-width:640px;height:auto;font:11px sans-serif;fill:var(--fg)}
@@ -120,7 +122,7 @@ SCRIPT = """
 # text beside every colour: a glyph per step state and per run state
 STEP_GLYPHS = {"completed": "\u2713", "blocked": "\u2715", "pending": "\u2026", "not_applicable": "\u2013"}
 STATE_GLYPHS = {"done": "\u2713", "blocked": "\u2715", "in_progress": "\u2026", "not_started": "\u25cb",
-                "unreadable": "!"}
+                "unreadable": "!", "refused": "\u2715"}
 
 
 def state_badge(overall: str) -> str:
@@ -234,11 +236,8 @@ def folded(name: str, rows: int, inner: str) -> str:
 
 
 def number_text(value: Any) -> str:
-    return f"{value:.3g}" if isinstance(value, float) else esc(value)
+    return esc(readable.number(value))
 
 
 def duration_text(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    hours = seconds / 3600
-    return f"{hours / 24:.1f} d" if hours >= 48 else f"{hours:.1f} h"
+    return esc(readable.duration(seconds))

@@ -16,7 +16,7 @@ from rlkeep.errors import RlkeepError
 from rlkeep.generation_stats import read_tables
 from rlkeep.jsonio import read_json
 from rlkeep.metrics import read_metrics_csv
-from rlkeep.records import load_record
+from rlkeep.records import RecordRefused, load_record
 from rlkeep.report import build_status
 from rlkeep.urls import join_url
 
@@ -33,6 +33,7 @@ class RunView:
     status: dict[str, Any]
     started: bool
     record_error: str | None = None
+    record_refused: bool = False  # the record reads as YAML and validation refuses it
     files: dict[str, Any] = field(default_factory=dict)
     facts: dict[str, Any] = field(default_factory=dict)  # from the record: user, base_model, text as written
 
@@ -57,10 +58,11 @@ def load_run(data_root: Path, record_file: Path, invocation: str = "snakemake --
     job_dir = data_root / job
     record = None
     record_error = None
+    refused = False
     try:
         record = load_record(record_file)
     except RlkeepError as error:
-        record_error = str(error)
+        record_error, refused = str(error), isinstance(error, RecordRefused)
     status = build_status(job_dir, record=record, invocation=invocation)
     started = job_dir.is_dir()
     files = {
@@ -89,8 +91,8 @@ def load_run(data_root: Path, record_file: Path, invocation: str = "snakemake --
     files["generation"] = _generation_tables(job_dir, files["table_errors"])
     facts = {"user": record.user if record else None, "base_model": record.base_model if record else None,
              "text": _read_text(record_file, 64 << 10)}
-    return RunView(job=job, overall=run_state(status, started, record_error)[0], status=status, started=started,
-                   record_error=record_error, files=files, facts=facts)
+    return RunView(job=job, overall=run_state(status, started, record_error, refused)[0], status=status,
+                   started=started, record_error=record_error, files=files, facts=facts, record_refused=refused)
 
 
 def _tables(job_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, list[str]]:
