@@ -61,6 +61,25 @@ svg .run .sel{fill:var(--c);stroke:#fff;stroke-width:1}svg .run:hover polyline{s
 .card h2{margin-top:.2rem}.card dl{display:grid;grid-template-columns:11rem 1fr;gap:.2rem 1rem;margin:.3rem 0}.card dt{font-weight:600}.card dd{margin:0}
 details>summary{cursor:pointer;font-weight:600;margin:.3rem 0}
 figure{margin:.5rem 0}img{max-width:100%;height:auto;border:1px solid var(--line)}
+h1{overflow-wrap:anywhere}dd,.top>section{min-width:0}
+@media (max-width:900px){
+body{margin:.6rem}
+table{display:block;max-width:100%;overflow-x:auto}
+.card{padding:.4rem .6rem}.card dl{grid-template-columns:1fr;gap:0}.card dd{margin:0 0 .4rem}
+.strip{white-space:normal}
+#runs{display:block;overflow:visible}#runs thead{display:none}#runs tbody{display:block}
+#runs tr{display:grid;grid-template-columns:minmax(0,1fr) auto;gap:.2rem .6rem;border:1px solid #999;
+border-radius:4px;padding:.4rem .6rem;margin:.5rem 0}
+#runs tr[hidden]{display:none}
+#runs td,#runs th{display:block;border:0;padding:0;width:auto}
+#runs td:nth-child(2){grid-column:2;grid-row:1;text-align:right}
+#runs td:nth-child(n+3){grid-column:1/-1}
+#runs td:nth-child(6),#runs td:nth-child(7),#runs td:nth-child(8),#runs td:nth-child(9){display:none}
+#runs td:nth-child(4)::before{content:"selected: ";font-weight:600}
+#runs td:nth-child(5)::before{content:"best reward: ";font-weight:600}
+#runs td:nth-child(10)::before{content:"to do: ";font-weight:600}
+#runs .sub{display:inline;margin-left:.3rem}
+}
 """
 
 SCRIPT = """
