@@ -13,6 +13,7 @@ from urllib.parse import quote
 
 from rlkeep.campaign.digest import run_state
 from rlkeep.errors import RlkeepError
+from rlkeep.profiles import default_invocation
 from rlkeep.generation_stats import read_tables
 from rlkeep.jsonio import read_json
 from rlkeep.metrics import read_metrics_csv
@@ -51,7 +52,7 @@ def overall_state(status: dict[str, Any], started: bool) -> str:
     return run_state(status, started)[0]
 
 
-def load_run(data_root: Path, record_file: Path, invocation: str = "snakemake --profile iris") -> RunView:
+def load_run(data_root: Path, record_file: Path, invocation: str | None = None) -> RunView:
     """The view of one record; a record that does not load is shown with its error, never skipped."""
 
     job = record_file.stem
@@ -143,10 +144,11 @@ def _read_text(path: Path, limit: int = 1 << 20) -> str | None:
     return path.read_bytes()[:limit].decode("utf-8", "replace")
 
 
-def load_campaign(data_root: Path, records_dir: Path, invocation: str = "snakemake --profile iris") -> list[RunView]:
+def load_campaign(data_root: Path, records_dir: Path, invocation: str | None = None) -> list[RunView]:
     records_dir = records_dir if records_dir.is_absolute() else data_root / records_dir
     if not records_dir.is_dir():
         return []
+    invocation = invocation or default_invocation()
     return [load_run(data_root, path, invocation) for path in sorted(records_dir.glob("*.yaml"))]
 
 
