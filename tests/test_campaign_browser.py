@@ -106,7 +106,9 @@ def test_pipeline_refreshes_the_campaign_after_a_run(data_root: Path, bucket: st
     snakemake_report = data_root / "report.html"
     made = run_snakemake(data_root, "rl-demo/DONE", extra=("--report", str(snakemake_report)))
     assert made.returncode == 0 and snakemake_report.is_file(), made.stderr[-3000:]
+    assert "WARNING" not in made.stderr and "Duplicate explicit target" not in made.stderr, made.stderr[-3000:]
     text = snakemake_report.read_text()
+    assert "rlkeep campaign" not in text  # the campaign page is beside it (campaign/index.html), not in it
     captions = ("Reward per global step", "The metric surface: one row", "Trial analysis: phase durations",
                 "The completion record of the run")  # report/*.rst: present only for report() outputs
     assert all(caption in text for caption in captions), [c for c in captions if c not in text]
