@@ -138,6 +138,20 @@ def is_main_process(workflow: Any) -> bool:
 
 SNAKEMAKE_LOGGER = "snakemake.logging"
 _stopped_by: list[int] = []  # the first SIGINT of this process, once it came
+_running: dict[Any, str] = {}  # Snakemake's started, unfinished jobs: jobid -> rule name
+
+
+class _RunningJobs:
+    """A logging filter on Snakemake's logger that lets every record through and notes which jobs
+    started (a JOB_INFO record names its rule) and finished (JOB_FINISHED)."""
+
+    def filter(self, record: Any) -> bool:
+        event = getattr(getattr(record, "event", None), "name", None)
+        if event == "JOB_INFO" and not _stopped_by:
+            _running[getattr(record, "jobid", None)] = str(getattr(record, "rule_name", "?"))
+        elif event == "JOB_FINISHED":
+            _running.pop(getattr(record, "job_id", None), None)
+        return True
 
 
 class _QuietAfterStop:
@@ -175,6 +189,9 @@ def quiet_after_stop() -> bool:
         else:
             raise KeyboardInterrupt
 
+    import logging
+
+    logging.getLogger(SNAKEMAKE_LOGGER).addFilter(_RunningJobs())
     signal.signal(signal.SIGINT, on_stop)
     return True
 
@@ -187,7 +204,10 @@ def stopped_note(logfiles: Any, argv: list[str] | None = None) -> str | None:
     argv = list(sys.argv if argv is None else argv)
     command = shlex.join(["snakemake", *argv[1:]])
     logs = ", ".join(str(path) for path in (logfiles or [])) or "none (Snakemake wrote no log file)"
-    return (f"rlkeep: stopped by {signal.Signals(_stopped_by[0]).name}: Snakemake stopped the running steps and "
-            "released its lock; every finished step is kept.\n"
+    rules = list(dict.fromkeys(_running.values()))
+    what = (f"the running {'step' if len(rules) == 1 else 'steps'} {', '.join(rules)}" if rules
+            else "Snakemake between steps")
+    return (f"rlkeep: stopped by {signal.Signals(_stopped_by[0]).name}: {what} stopped, Snakemake released its "
+            "lock; every finished step is kept.\n"
             f"Snakemake's whole output: {logs}\n"
             f"To go on, run the same command:\n  {command}")

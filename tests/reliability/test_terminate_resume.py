@@ -229,6 +229,7 @@ def test_ctrl_c_of_a_pipeline_run_prints_a_few_lines_and_the_command_that_goes_o
     said = "\n".join(after)
     assert len(after) <= 10, said
     assert "rlkeep: stopped by SIGINT" in said, said + "\n" + "\n".join(err_lines[-40:])
+    assert re.search(r"the running steps? [a-z_, ]*sync_traces", said), said
     for noise in ("RuleException", "CalledProcessError", "WorkflowError", "Error in rule", "Traceback"):
         assert noise not in said, said
     log = Path(re.search(r"Snakemake's whole output: (\S+)", said)[1])
