@@ -29,6 +29,10 @@ from snakemake.utils import min_version
 
 min_version("9.0")
 
+# `--report`: the captions are rendered without the duplicate-target warnings Snakemake's own links
+# cause (report/docutils.conf says why); an operator's own DOCUTILSCONFIG wins
+os.environ.setdefault("DOCUTILSCONFIG", os.path.join(workflow.basedir, "report", "docutils.conf"))
+
 
 configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 

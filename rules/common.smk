@@ -432,6 +432,8 @@ def write_views():
 
 # before write_views is registered, so the patches' exit handler runs after it
 snakemake_process.install()
+if snakemake_process.is_main_process(workflow):
+    snakemake_process.quiet_after_stop()
 
 # Only Snakemake's own process (not a job it runs elsewhere), and only in a data root.
 if snakemake_process.is_main_process(workflow) and (DATA_ROOT / RECORDS_DIR).is_dir():
@@ -446,6 +448,8 @@ onsuccess:
 onerror:
     snakemake_process.scheduler_finished()
     repeat_planning_notes()
+    if note := snakemake_process.stopped_note(log):
+        print(note, file=sys.stderr)
 
 
 ##### inputs of the completion record #####

@@ -176,14 +176,19 @@ def test_every_page_is_self_contained(root: Path, monkeypatch: pytest.MonkeyPatc
         assert "rlkeep revision" in text and "<footer>" in text
 
 
-def test_unreadable_record_is_shown_with_its_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    write_record(tmp_path, {"job": "rl-bad", "user": "demo"})
+def test_a_refused_and_an_unreadable_record_are_shown_with_their_errors(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    write_record(tmp_path, {"job": "rl-bad", "user": "demo"})  # YAML that validation refuses
+    (tmp_path / "records" / "rl-broken.yaml").write_text("job: rl-broken\nchain: [unclosed\n")
     views = load_campaign(tmp_path, Path("records"))
-    assert [v.overall for v in views] == ["unreadable"]
+    assert {v.job: v.overall for v in views} == {"rl-bad": "refused", "rl-broken": "unreadable"}
     assert "rl-bad.yaml" in views[0].record_error
     text = index_html(views, generated_at="t", revision="r")
-    assert parse_rows(text)["rl-bad"]["state"] == "unreadable"
+    rows = parse_rows(text)
+    assert rows["rl-bad"]["state"] == "refused" and "\u2715 refused" in rows["rl-bad"]["text"]
+    assert rows["rl-broken"]["state"] == "unreadable" and "! unreadable" in rows["rl-broken"]["text"]
     assert "record error" in text
+    assert "2 runs need an operator" in text
 
 
 def test_no_records_gives_an_empty_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -253,7 +258,7 @@ def test_run_page_has_vllm_and_batch_error_sections(root: Path, monkeypatch: pyt
     for name, data in render(stats, job="rl-done").items():
         (root / "rl-done" / "metrics" / name).write_bytes(data)
     text = (build(root, monkeypatch).parent / "rl-done.html").read_text()
-    assert "<th scope=\"row\">generation throughput (tokens/s, all engines)</th><td>29</td><td>70</td>" in text
+    assert "<th scope=\"row\">generation throughput (tokens/s, all engines)</th><td>29.0</td><td>70.0</td>" in text
     assert "<th scope=\"row\">failed</th><td>37</td><td>28.9%</td>" in text
     assert 'alt="metrics/vllm.png: vLLM throughput' in text
 

@@ -15,7 +15,7 @@ from rlkeep.campaign import index_entry, index_from_entries, load_campaign, run_
 from rlkeep.pipeline import STEPS
 from tests.conftest import run_snakemake, seed_example
 from tests.support.campaign import (BLOCKED_REASON, blocked_run, campaign_root, chromium_path, completed_run,
-                                    local_links, measured, not_started, render, resolve)
+                                    local_links, measured, measured_at_width, not_started, render, resolve)
 from tests.test_campaign import parse_rows
 
 pytestmark = pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed (.ci/run installs it)")
@@ -106,7 +106,9 @@ def test_pipeline_refreshes_the_campaign_after_a_run(data_root: Path, bucket: st
     snakemake_report = data_root / "report.html"
     made = run_snakemake(data_root, "rl-demo/DONE", extra=("--report", str(snakemake_report)))
     assert made.returncode == 0 and snakemake_report.is_file(), made.stderr[-3000:]
+    assert "WARNING" not in made.stderr and "Duplicate explicit target" not in made.stderr, made.stderr[-3000:]
     text = snakemake_report.read_text()
+    assert "rlkeep campaign" not in text  # the campaign page is beside it (campaign/index.html), not in it
     captions = ("Reward per global step", "The metric surface: one row", "Trial analysis: phase durations",
                 "The completion record of the run")  # report/*.rst: present only for report() outputs
     assert all(caption in text for caption in captions), [c for c in captions if c not in text]
@@ -224,3 +226,40 @@ def test_run_page_first_screen_holds_the_summary_card(campaign_300, tmp_path: Pa
         assert fact in card, fact
     box = measured(page, tmp_path / "profile-box", "document.getElementById('summary').getBoundingClientRect()")
     assert 0 < box["top"] and box["bottom"] <= 1000, box  # inside the first screen at 1,400 x 1,000
+
+
+# --------------------------------------------------------------------------- from a phone to a wide screen
+
+# Every state badge in view, scrolled to in turn: the topmost element at its centre and at its
+# corners is the badge itself (nothing painted over it), and the page scrolls only downwards.
+LAYOUT_PROBE = """(function(){
+  var root=document.documentElement, badges=document.querySelectorAll('.badge'), covered=[];
+  for(var i=0;i<badges.length&&i<40;i++){
+    var b=badges[i]; b.scrollIntoView({block:'center'}); var r=b.getBoundingClientRect();
+    [[r.left+r.width/2,r.top+r.height/2],[r.left+2,r.top+2],[r.right-2,r.top+2],[r.left+2,r.bottom-2],
+     [r.right-2,r.bottom-2]].forEach(function(p){
+      var top=document.elementFromPoint(p[0],p[1]);
+      if(!top||!(top===b||b.contains(top))) covered.push((b.closest('[data-job]')||b.parentNode).getAttribute('data-job')+
+        ' covered by '+(top?top.tagName+'.'+top.className:'nothing (off screen)'));
+    });
+  }
+  return {width:innerWidth,scroll:root.scrollWidth,client:root.clientWidth,badges:badges.length,covered:covered.slice(0,10),
+          cards:getComputedStyle(document.querySelector('#runs tr')||document.body).display};
+})()"""
+
+
+@pytest.mark.parametrize("width", [360, 390, 1400, 2560])
+def test_pages_fit_from_a_phone_to_a_wide_screen(campaign_300, tmp_path: Path, width: int) -> None:
+    root, made, views, index = campaign_300
+    view = next(v for v in views if made[v.job] == ("rl", "blocked"))
+    page = root / "campaign" / f"{view.job}.html"
+    page.write_text(run_html(view, root / view.job, generated_at="t", revision="r"))
+    for name, shown in (("index", index), ("run", page)):
+        layout = measured_at_width(shown, tmp_path / f"profile-{name}-{width}", LAYOUT_PROBE, width)
+        assert layout["width"] == width, layout
+        assert layout["scroll"] <= layout["client"], (name, width, layout)  # nothing overflows sideways
+        assert layout["badges"] >= 1 and layout["covered"] == [], (name, width, layout)
+        if name == "index":  # one card per run on a phone, the table's rows on a wide screen
+            assert layout["cards"] == ("grid" if width < 900 else "table-row"), layout
+        render(shown, tmp_path / f"profile-shot-{name}-{width}", screenshot=tmp_path / f"{name}-{width}.png",
+               size=f"{width},900")

@@ -4,6 +4,7 @@ until `--force` says otherwise, and the second is told whose it is."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -73,3 +74,33 @@ def test_two_clones_with_installed_profiles_each_run_their_own_snakefile(tmp_pat
     assert f"installed {profiles / 'iris' / 'profile.yaml'} (snakefile: {b / 'Snakefile'})" in said
     assert "only_in_clone_b" in rules_of(b, xdg, "iris", data_root)
     assert "only_in_clone_b" not in rules_of(a, xdg, "iris-rlkeep", data_root)
+
+
+PRINTED = re.compile(r"snakemake --profile ([A-Za-z0-9._-]+)")
+
+
+def test_every_command_a_second_checkout_prints_runs_its_own_snakefile(tmp_path: Path) -> None:
+    """The pages, STATUS.json and its remaining work, and the invocation rlkeep reads back all name the
+    profile that runs the checkout that printed them: `iris` for the first, `iris-<name>` for the second."""
+    from tests.support.campaign import blocked_run, not_started
+
+    xdg, data_root = tmp_path / "xdg", tmp_path / "data"
+    a, b = clone(tmp_path / "a"), clone(tmp_path / "b")
+    with open(b / "Snakefile", "a") as snakefile:
+        snakefile.write(MARKER_RULE)
+    install(a, xdg)
+    install(b, xdg)
+    blocked_run(data_root)
+    not_started(data_root)
+    for checkout, marked in ((a, False), (b, True)):
+        made = in_clone(checkout, xdg, "-m", "rlkeep", "campaign", "--data-root", str(data_root))
+        assert made.returncode == 0, made.stderr
+        argv_default = in_clone(checkout, xdg, "-c", "from rlkeep.report import invocation_from_argv; "
+                                "print(invocation_from_argv(['snakemake', 'j/DONE']))")
+        printed = "\n".join([argv_default.stdout, (data_root / "rl-stuck" / "STATUS.json").read_text(),
+                             *(page.read_text() for page in (data_root / "campaign").glob("*.html"))])
+        names = set(PRINTED.findall(printed))
+        assert names and len(PRINTED.findall(printed)) >= 4, printed[:2000]
+        for name in names:
+            assert ("only_in_clone_b" in rules_of(checkout, xdg, name, data_root)) == marked, (checkout, name)
+        assert names == ({"iris"} if not marked else {name for name in names if name.startswith("iris-rlkeep")})

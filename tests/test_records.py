@@ -243,7 +243,7 @@ def test_validate_record_reports_every_file_each_alone_and_fails_if_any_is_refus
     assert errors[0].startswith(f"rlkeep: {typo}: unknown key 'stroe'")
     assert errors[1].startswith(f"rlkeep: {unbased}: field 'base_model' is missing")
     assert errors[2].startswith(f"rlkeep: {broken}: not valid YAML at line 3")
-    assert errors[3:] == ["rlkeep: 3 of 5 record(s) refused"]
+    assert errors[3:] == ["rlkeep: 3 of 5 records refused"]
     assert "Traceback" not in result.stderr
 
     assert validate_record(*good).returncode == 0

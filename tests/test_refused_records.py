@@ -46,12 +46,12 @@ def test_bad_records_are_named_and_every_good_one_is_built(tmp_path: Path, data_
     write_record(data_root, {"job": UNBASED, "user": "demo", "scheduler": "none", "chain": [f"/demo/{UNBASED}"],
                              "store": f"s3://runs/{UNBASED}", "checkpoint": {"interval": 20},
                              "publish": {"model": f"demo/{UNBASED}", "traces": f"demo/{UNBASED}-traces"}})
-    typo_error = (f"records/{TYPO}.yaml: unknown key 'stroe' in the top level; expected only: archive, base_model, "
+    typo_error = (f"records/{TYPO}.yaml: unknown key 'stroe' in the top level (did you mean 'store'?); expected only: archive, base_model, "
                   "chain, chain_excludes, checkpoint, cluster, job, kind, layout, publish, register, scheduler, "
                   "store, store_region, tracker_url, user")
     unbased_error = (f"records/{UNBASED}.yaml: field 'base_model' is missing; expected a Hub model id like "
                      "Qwen/Qwen3-8B because publish.model names a model to publish (rlkeep never guesses a base model)")
-    refusal = (f"rlkeep: 2 record(s) refused; their jobs are not planned, every other record's are. Correct each "
+    refusal = (f"rlkeep: 2 records refused; their jobs are not planned, every other record's are. Correct each "
                "file as its line says and run the same command again (campaign/refused.json lists the refused "
                f"records after each run):\n  {typo_error}\n  {unbased_error}\n")
 
@@ -85,7 +85,7 @@ def test_bad_records_are_named_and_every_good_one_is_built(tmp_path: Path, data_
     typo_file.write_text(yaml.safe_dump(typo, sort_keys=False))
     again = run_snakemake(data_root)
     assert again.returncode == 0, again.stderr[-4000:]
-    assert f"rlkeep: 1 record(s) refused;" in again.stderr and typo_error not in again.stderr
+    assert f"rlkeep: 1 record refused;" in again.stderr and typo_error not in again.stderr
     assert json.loads((data_root / TYPO / "DONE").read_text())["remaining_work"] == []
     refused = json.loads((data_root / "campaign" / "refused.json").read_text())
     assert [entry["job"] for entry in refused["refused"]] == [UNBASED]

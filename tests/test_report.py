@@ -109,11 +109,20 @@ def test_status_is_written_for_every_job_with_a_folder(tmp_path: Path) -> None:
     assert identity(job / "STATUS.json") == written  # unchanged: not rewritten
 
 
-def test_the_invocation_is_read_from_the_command_line() -> None:
+def test_the_invocation_is_read_from_the_command_line(tmp_path: Path, monkeypatch) -> None:
+    from rlkeep.profiles import install_profiles
+
     assert invocation_from_argv(["snakemake", "--profile", "iris", "j/DONE"]) == "snakemake --profile iris"
     assert invocation_from_argv(["x", "--snakefile", "/a b/Snakefile", "--profile=p", "j/DONE"]) == (
         "snakemake --snakefile '/a b/Snakefile' --profile p")
-    assert invocation_from_argv(["snakemake", "j/DONE"]) == "snakemake --profile iris"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    assert invocation_from_argv(["snakemake", "j/DONE"]) == "snakemake --profile iris"  # none installed yet
+    install_profiles(["iris"])
+    assert invocation_from_argv(["snakemake", "j/DONE"]) == "snakemake --profile iris"  # this checkout's
+    other = tmp_path / "snakemake" / "iris" / "profile.yaml"
+    other.write_text("snakefile: /elsewhere/Snakefile\n")  # another checkout owns `iris`
+    own = invocation_from_argv(["snakemake", "j/DONE"])
+    assert own.startswith("snakemake --profile iris-") and (tmp_path / "snakemake" / own.split()[-1]).is_dir()
 
 
 def test_status_of_a_job_folder_that_did_not_change_is_not_rebuilt(tmp_path: Path, monkeypatch) -> None:

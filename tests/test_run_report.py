@@ -77,7 +77,7 @@ def test_training_progression_has_one_row_per_step() -> None:
 
     headers, table = progression(ROWS)
     assert headers == ["step", "reward (reward/avg_raw_reward)", "step time (timing/step)"]
-    assert table == [["1", "0.2", "100"], ["2", "0.4", "200"], ["3", "", ""]]
+    assert table == [["1", "0.200", "100"], ["2", "0.400", "200"], ["3", "", ""]]
     assert progression([{"global_step": 1}]) is None
 
 
@@ -130,9 +130,9 @@ def test_vllm_section_numbers_and_absence() -> None:
 
     stats = scan_lines(VLLM_LOG.splitlines(), "a1")
     text = render_markdown(vllm_sections(per_second(stats), untimed_lines=1, repeated_reports=3))
-    assert "| generation throughput (tokens/s, all engines) | 29 | 70 | 4 |" in text  # (40+5+70+1)/4 = 29
-    assert "| running requests (all engines) | 3 | 5 | 4 |" in text  # (4+2+5+1)/4 = 3
-    assert "3 engine reports were folded by Ray" in text and "1 stat lines without a time field" in text
+    assert "| generation throughput (tokens/s, all engines) | 29.0 | 70.0 | 4 |" in text  # (40+5+70+1)/4 = 29
+    assert "| running requests (all engines) | 3.00 | 5.00 | 4 |" in text  # (4+2+5+1)/4 = 3
+    assert "3 engine reports were folded by Ray" in text and "1 stat line without a time field is left out" in text
     absent = render_markdown(vllm_sections([]))
     assert "## vLLM utilisation" in absent and "Not available: the logs read carry no vLLM stat line" in absent
 

@@ -169,15 +169,15 @@ def test_the_refusal_message_gives_each_records_own_error_on_its_own_line() -> N
     errors = ["records/a.yaml: unknown key 'stroe' in the top level; expected only: ...",
               "records/b.yaml: field 'base_model' is missing; expected a Hub model id like Qwen/Qwen3-8B ..."]
     first, *lines = refusal_message(errors).splitlines()
-    assert first.startswith("rlkeep: 2 record(s) refused; their jobs are not planned, every other record's are.")
+    assert first.startswith("rlkeep: 2 records refused; their jobs are not planned, every other record's are.")
     assert "campaign/refused.json" in first and "run the same command again" in first
     assert lines == [f"  {error}" for error in errors]
 
 
 def test_the_waiting_message_counts_names_and_says_how_to_continue() -> None:
     message = waiting_message([f"run-{index}" for index in range(5)], 100)
-    assert "5 record(s)" in message and "run-0, run-1, run-2, ..." in message and "run-4" not in message
-    assert "at most 100 new job(s)" in message and "max_new_jobs=<n>" in message and "=all" in message
+    assert "5 records" in message and "run-0, run-1, run-2, ..." in message and "run-4" not in message
+    assert "at most 100 new jobs" in message and "max_new_jobs=<n>" in message and "=all" in message
 
 
 def plannable_record(job: str) -> dict:
@@ -199,7 +199,7 @@ def test_the_campaign_target_plans_at_most_max_new_jobs_new_records(data_root: P
     plan = run_snakemake(data_root, extra=("-n",), config=("max_new_jobs=1",))
     assert plan.returncode == 0, plan.stderr[-3000:]
     assert planned_jobs(plan.stdout) == {"rl-a", "rl-d"}
-    assert "2 record(s) whose job has not started wait for a later invocation (rl-b, rl-c)" in plan.stderr
+    assert "2 records whose job has not started wait for a later invocation (rl-b, rl-c)" in plan.stderr
 
     everything = run_snakemake(data_root, extra=("-n",), config=("max_new_jobs=all",))
     assert everything.returncode == 0, everything.stderr[-3000:]
@@ -221,6 +221,6 @@ def test_a_run_says_which_records_wait_when_it_starts_and_again_when_it_ends(dat
     env = {"PATH": os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if not (Path(p) / "iris").exists())}
     result = run_snakemake(data_root, extra=("--until", "capture_chain"), config=("max_new_jobs=1",), env=env)
     assert result.returncode != 0
-    assert result.stderr.count("1 record(s) whose job has not started wait for a later invocation (rl-b)") == 2
+    assert result.stderr.count("1 record whose job has not started waits for a later invocation (rl-b)") == 2
     assert (data_root / "rl-a").is_dir() and not (data_root / "rl-b").exists()
-    assert "capture_chain" in result.stderr.split("wait for a later invocation")[1]  # the run came in between
+    assert "capture_chain" in result.stderr.split("waits for a later invocation")[1]  # the run came in between

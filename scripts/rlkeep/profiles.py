@@ -71,6 +71,26 @@ def checkout_name(name: str, root: Path, dest: Path) -> str:
     return f"{plain}-{hashlib.sha256(str(root).encode()).hexdigest()[:6]}"
 
 
+def own_profile(name: str = "iris", dest: Path | None = None) -> str:
+    """The profile name that runs this checkout's Snakefile: `name` when this checkout owns it (or it
+    is not installed yet), else this checkout's own `<name>-<folder>`."""
+    try:
+        root = project_root()
+    except RlkeepError:
+        return name
+    dest = dest or user_profile_dir()
+    plain = dest / name / "profile.yaml"
+    if not plain.exists() or owner_of(plain) == root:
+        return name
+    return checkout_name(name, root, dest)
+
+
+def default_invocation() -> str:
+    """The command every printed remedy starts with when the invocation is not known: this checkout's
+    `iris` profile, by the name that runs this checkout."""
+    return f"snakemake --profile {own_profile('iris')}"
+
+
 def install_profiles(names: list[str], dest: Path | None = None, *, force: bool = False,
                      say: Callable[[str], None] = lambda message: None) -> list[Path]:
     """Write each profile under this checkout's own name and, unless another checkout owns it

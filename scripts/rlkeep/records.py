@@ -21,6 +21,7 @@ import yaml
 
 from rlkeep.errors import RecordError
 from rlkeep.job_ids import CHAIN_ID_CHECKS, CLUSTER_REQUIRED
+from rlkeep.readable import did_you_mean, plural
 from rlkeep.kinds import DEFAULT_KIND, KIND_SECTIONS, KINDS, KindSpec, spec_for
 from rlkeep.urls import join_url
 
@@ -133,11 +134,19 @@ def _describe(error: jsonschema.ValidationError, path: Path) -> str:
     if error.validator == "additionalProperties":
         unknown = sorted(set(error.instance) - set(error.schema.get("properties", {})))
         where = f"'{field_name}'" if field_name else "the top level"
-        allowed = ", ".join(sorted(error.schema.get("properties", {})))
-        return f"{path}: unknown key {', '.join(repr(u) for u in unknown)} in {where}; expected only: {allowed}"
+        known = sorted(error.schema.get("properties", {}))
+        return (f"{path}: unknown key {', '.join(repr(u) for u in unknown)} in {where}"
+                f"{_suggestions(unknown, known)}; expected only: {', '.join(known)}")
     generic = field_name.split("[")[0]
     got = json.dumps(error.instance) if not isinstance(error.instance, dict) else "a mapping"
     return f"{path}: field '{field_name}' is {got}; expected {_expected(generic, error)}"
+
+
+def _suggestions(unknown: list[str], known: list[str]) -> str:
+    """`(did you mean 'chain'?)` for each unknown key within two edits of a known one."""
+    guesses = [f"{name!r} for {key!r}" if len(unknown) > 1 else repr(name)
+               for key in unknown if (name := did_you_mean(str(key), known))]
+    return f" (did you mean {', '.join(guesses)}?)" if guesses else ""
 
 
 def _expected(name: str, error: jsonschema.ValidationError | None = None) -> str:
@@ -158,6 +167,9 @@ def _expected(name: str, error: jsonschema.ValidationError | None = None) -> str
 
 def validate_record_data(data: Any, path: Path) -> JobRecord:
     """Validate parsed YAML; raise RecordError naming the file and the first bad field."""
+    if data is None:
+        raise RecordError(f"{path}: the record is empty; expected a YAML mapping of record fields (job, scheduler, "
+                          "chain, ...; see docs/contract.md §3)")
     if not isinstance(data, dict):
         raise RecordError(f"{path}: expected a YAML mapping of record fields, got {type(data).__name__}")
     errors = sorted(_validator().iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
@@ -189,9 +201,12 @@ def validate_record_data(data: Any, path: Path) -> JobRecord:
                     raise RecordError(f"{path}: field 'checkpoint.rule.{needed}' is missing; expected it for rule kind ema_max")
         if kind == "step" and "step" not in rule:
             raise RecordError(f"{path}: field 'checkpoint.rule.step' is missing; expected the step number for rule kind step")
-        extra = set(rule) - {"kind", "min_step"} - {"ema_max": {"metric", "alpha"}, "latest": set(), "step": {"step"}}[kind]
+        allowed = {"kind", "min_step"} | {"ema_max": {"metric", "alpha"}, "latest": set(), "step": {"step"}}[kind]
+        extra = set(rule) - allowed
         if extra:
-            raise RecordError(f"{path}: unknown key {', '.join(map(repr, sorted(extra)))} in 'checkpoint.rule' for kind {kind}")
+            raise RecordError(f"{path}: unknown key {', '.join(map(repr, sorted(extra)))} in 'checkpoint.rule' for kind "
+                              f"{kind}{_suggestions(sorted(extra), sorted(allowed))}; expected only: "
+                              f"{', '.join(sorted(allowed))}")
         if kind == "step" and "min_step" in rule and rule["step"] < rule["min_step"]:
             raise RecordError(f"{path}: field 'checkpoint.rule.step' is {rule['step']}, before the declared warm-up "
                               f"checkpoint.rule.min_step {rule['min_step']}; expected a step at or after min_step")
@@ -300,6 +315,10 @@ def _layout(data: dict[str, Any], spec: KindSpec, path: Path) -> dict[str, str]:
     return layout
 
 
+class RecordRefused(RecordError):
+    """A record that reads as YAML but that validation refuses (a field, a key, a value)."""
+
+
 def load_record(path: str | Path) -> JobRecord:
     path = Path(path)
     try:
@@ -314,7 +333,10 @@ def load_record(path: str | Path) -> JobRecord:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise RecordError(f"{path}: not valid YAML{where}: {getattr(error, 'problem', error)}") from None
-    return validate_record_data(data, path)
+    try:
+        return validate_record_data(data, path)
+    except RecordError as error:
+        raise RecordRefused(str(error)) from None
 
 
 def record_path(records_dir: str | Path, job: str) -> Path:
@@ -336,5 +358,5 @@ def cli_main(argv: list[str]) -> int:
             continue
         print(f"{path}: ok ({record.job}, {len(record.chain)} attempts, scheduler {record.scheduler})")
     if refused:
-        print(f"rlkeep: {refused} of {len(args.paths)} record(s) refused", file=sys.stderr)
+        print(f"rlkeep: {refused} of {plural(len(args.paths), 'record')} refused", file=sys.stderr)
     return 1 if refused else 0

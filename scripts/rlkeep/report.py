@@ -17,6 +17,7 @@ from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
 from rlkeep.logfacts import remembered
 from rlkeep.metrics import skipped_lines_markdown, without_metrics_markdown
 from rlkeep.pipeline import STEP_BY_NAME, STEPS, Step, kind_has, verify_sentinels
+from rlkeep.profiles import default_invocation, own_profile
 from rlkeep.records import JobRecord
 from rlkeep.stepstate import collect_steps
 from rlkeep.tracker import tracker_of
@@ -341,9 +342,10 @@ def disk_need(job_dir: Path) -> dict[str, Any] | None:
 
 
 def build_status(job_dir: Path, kind: str | None = None, *, record: JobRecord | None = None,
-                 invocation: str = "snakemake --profile iris") -> dict[str, Any]:
+                 invocation: str | None = None) -> dict[str, Any]:
     """STATUS.json: every step's status and, when the record is readable, everything DONE would
     state (the completion record of a blocked run), with the command that continues each step."""
+    invocation = invocation or default_invocation()
     kind = record.kind if record is not None else kind
     steps = collect_steps(job_dir, kind, *(() if record is None else (record.publish,)))
     repairs = _mark_damaged(job_dir, steps, invocation)
@@ -414,5 +416,5 @@ def invocation_from_argv(argv: list[str]) -> str:
     snakefile = value("--snakefile") or value("-s")
     if snakefile:
         parts += ["--snakefile", snakefile]
-    parts += ["--profile", value("--profile") or "iris"]
+    parts += ["--profile", value("--profile") or own_profile("iris")]
     return shlex.join(parts)

@@ -12,6 +12,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional
 
+from rlkeep import readable
+
 # Spans SkyRL times inside one training step (timing/<name>), in the order they run; the first two
 # may overlap when generation is asynchronous, which `overlap` reports.
 IN_STEP_SPANS = ("generate", "wait_for_generation_buffer", "postprocess", "convert_to_training_input",
@@ -126,11 +128,14 @@ def trial_analysis(trials: Sequence[Mapping[str, Any]], success_reward: float = 
 # --------------------------------------------------------------------------- rendering
 
 def _fmt(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+    return readable.number(value)
+
+
+def _with_column(rows: list[list[Any]], index: int) -> list[list[Any]]:
+    """Rows with column `index` formatted in one format (rlkeep.readable.column)."""
+    for row, text in zip(rows, readable.column([row[index] for row in rows])):
+        row[index] = text
+    return rows
 
 
 def _pct(share: float | None) -> str:
@@ -160,8 +165,10 @@ def progression(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list
         return None
     table = []
     for row in sorted(rows, key=lambda r: _number(r.get("global_step")) or 0):
-        table.append([_fmt(row.get("global_step")), *(_fmt(_number(row.get(metric))) for _, metric in columns)])
-    return ["step", *(f"{label} ({metric})" for label, metric in columns)], table
+        step = _number(row.get("global_step"))
+        table.append([int(step) if step is not None and step.is_integer() else step,
+                      *(_number(row.get(metric)) for _, metric in columns)])
+    return ["step", *(f"{label} ({metric})" for label, metric in columns)], readable.columns(table)
 
 
 def sections(rows: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, Any]] | None,
@@ -176,7 +183,8 @@ def sections(rows: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, An
     if "summaries" not in parts:
         pass
     elif summaries:
-        table = [[m["metric"], _fmt(m["mean"]), _fmt(m["std"]), _fmt(m["min"]), _fmt(m["max"]), str(m["count"])]
+        # a row is one metric: its four figures share one format
+        table = [[m["metric"], *readable.column([m["mean"], m["std"], m["min"], m["max"]]), _fmt(m["count"])]
                  for prefix in summaries for m in summaries[prefix]]
         out.append(("Per-category summaries", ["metric", "mean", "std", "min", "max", "count"], table,
                     "grouped by key prefix"))
@@ -186,12 +194,13 @@ def sections(rows: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, An
     if "timing" not in parts:
         pass
     elif tree:
-        table = [[f"timing/{name}", _fmt(v["seconds"]), _pct(v["share"])] for name, v in tree["spans"].items()]
-        table += [["unattributed (step time no span covers)", _fmt(tree["unattributed"]["seconds"]),
+        table = [[f"timing/{name}", v["seconds"], _pct(v["share"])] for name, v in tree["spans"].items()]
+        table += [["unattributed (step time no span covers)", tree["unattributed"]["seconds"],
                    _pct(tree["unattributed"]["share"])],
-                  ["overlap (span time beyond the step)", _fmt(tree["overlap"]["seconds"]), _pct(tree["overlap"]["share"])]]
-        table += [[f"timing/{name} (outside the step, {v['count']}x)", _fmt(v["seconds"]), _pct(v["share_of_step_time"])]
+                  ["overlap (span time beyond the step)", tree["overlap"]["seconds"], _pct(tree["overlap"]["share"])]]
+        table += [[f"timing/{name} (outside the step, {v['count']}x)", v["seconds"], _pct(v["share_of_step_time"])]
                   for name, v in tree["outside_step"].items()]
+        table = _with_column(table, 1)
         out.append(("Timing tree", ["span", "seconds", "share of step time"], table,
                     f"{tree['steps']} steps, {tree['step_seconds']:.1f} s of step time"))
     else:
@@ -200,8 +209,9 @@ def sections(rows: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, An
     if "trials" not in parts:
         pass
     elif analysis:
-        table = [[f"{phase} phase", _fmt(v["seconds"]), _pct(v["share"])] for phase, v in analysis["phases"].items()]
-        table.append(["other (no phase)", _fmt(analysis["other"]["seconds"]), _pct(analysis["other"]["share"])])
+        table = [[f"{phase} phase", v["seconds"], _pct(v["share"])] for phase, v in analysis["phases"].items()]
+        table.append(["other (no phase)", analysis["other"]["seconds"], _pct(analysis["other"]["share"])])
+        table = _with_column(table, 1)
         out.append(("Trial phases", ["phase", "seconds", "share of trial time"], table,
                     f"{analysis['trials']} trials, {analysis['duration_seconds']:.1f} s"))
         facts = [["reward mean", _fmt(analysis["reward_mean"])], ["success rate (reward >= 1)", _pct(analysis["success_rate"])],
@@ -235,7 +245,8 @@ def vllm_sections(per_second: Sequence[Mapping[str, Any]], *, untimed_lines: int
               "running_reqs": "running requests (all engines)", "waiting_reqs": "waiting requests (all engines)",
               "kv_cache_usage_pct": "GPU KV cache usage (%, mean of engines)",
               "prefix_cache_hit_rate_pct": "prefix cache hit rate (%, mean of engines)"}
-    table = [[labels[name], _fmt(stats[name]["mean"]), _fmt(stats[name]["max"]), str(stats[name]["seconds"])]
+    # a row is one measure: its mean and max share one format
+    table = [[labels[name], *readable.column([stats[name]["mean"], stats[name]["max"]]), _fmt(stats[name]["seconds"])]
              for name in ("engines", *SUMMED, *AVERAGED) if stats[name]["seconds"]]
     absent = [labels[name] for name in (*SUMMED, *AVERAGED) if not stats[name]["seconds"]]
     note = (f"{len(per_second)} seconds with a report, from vLLM's stat lines in the logs read; per second the "
@@ -246,7 +257,7 @@ def vllm_sections(per_second: Sequence[Mapping[str, Any]], *, untimed_lines: int
         note += (f"; {repeated_reports} engine reports were folded by Ray into `[repeated Nx across cluster]` "
                  "without their numbers and are not counted")
     if untimed_lines:
-        note += f"; {untimed_lines} stat lines without a time field are left out"
+        note += f"; {readable.plural(untimed_lines, 'stat line')} without a time field {'is' if untimed_lines == 1 else 'are'} left out"
     return [(title, ["per second", "mean", "max", "seconds"], table, note)]
 
 

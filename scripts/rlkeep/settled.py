@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from rlkeep.steps import is_authorized
+from rlkeep.readable import plural
 
 
 def unsettled_reason(job_dir: Path, record_sha256: str,
@@ -103,15 +104,15 @@ def admitted_jobs(jobs: Iterable[str], *, started: Callable[[str], bool],
 def waiting_message(waiting: list[str], max_new_jobs: int) -> str:
     """What planning prints when records wait for a later invocation."""
     shown = ", ".join(waiting[:3]) + (", ..." if len(waiting) > 3 else "")
-    return (f"rlkeep: {len(waiting)} record(s) whose job has not started wait for a later invocation "
-            f"({shown}): the campaign target takes at most {max_new_jobs} new job(s) per invocation "
+    return (f"rlkeep: {plural(len(waiting), 'record')} whose job has not started {'waits' if len(waiting) == 1 else 'wait'} for a later invocation "
+            f"({shown}): the campaign target takes at most {plural(max_new_jobs, 'new job')} per invocation "
             "(config max_new_jobs). Run the same command again after this one, name a job's DONE, or "
             "take more with --config max_new_jobs=<n> (or =all).")
 
 
 def refusal_message(errors: list[str]) -> str:
     """What planning prints when records are refused: one line per record, its own error."""
-    return "\n".join([f"rlkeep: {len(errors)} record(s) refused; their jobs are not planned, every other record's "
+    return "\n".join([f"rlkeep: {plural(len(errors), 'record')} refused; their jobs are not planned, every other record's "
                       "are. Correct each file as its line says and run the same command again "
                       "(campaign/refused.json lists the refused records after each run):",
                       *(f"  {error}" for error in errors)])

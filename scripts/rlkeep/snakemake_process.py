@@ -14,6 +14,11 @@ too little to be worth owning was removed: docs/upstream/README.md says which).
   Snakemake built, to free memory the operating system reclaims at exit anyway. `gc.freeze()` in an
   exit handler registered before rlkeep's own (so it runs after them) leaves those objects out;
   files, logs and locks are closed by their own handlers as before.
+- Not a patch, and on every version: `quiet_after_stop()`. After Ctrl-C, Snakemake prints every
+  stopped job's error (`Error in rule`, `RuleException`, `CalledProcessError`, `WorkflowError`),
+  about 140 lines before what matters. From the first SIGINT on, the terminal's log handler (a
+  filter, the public logging API) drops Snakemake's lines while its log file keeps them all, and
+  the onerror handler prints `stopped_note()`: what was stopped, the log's path, the same command.
 - `rescheduling_timers`: Snakemake's job rate limiter arms a non-daemon `threading.Timer` to re-run
   the scheduler after every scheduling round, and the interpreter waits for such a thread before it
   exits. `scheduler_finished()` (the onsuccess and onerror handlers: the scheduler has finished)
@@ -24,6 +29,8 @@ from __future__ import annotations
 import atexit
 import gc
 import os
+import shlex
+import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -125,3 +132,82 @@ def is_main_process(workflow: Any) -> bool:
     Snakemake passes to every job it starts that way."""
     main = getattr(workflow, "is_main_process", None)
     return bool(main) if main is not None else "--mode" not in sys.argv
+
+
+# --------------------------------------------------------------------------- a quiet Ctrl-C
+
+SNAKEMAKE_LOGGER = "snakemake.logging"
+_stopped_by: list[int] = []  # the first SIGINT of this process, once it came
+_running: dict[Any, str] = {}  # Snakemake's started, unfinished jobs: jobid -> rule name
+
+
+class _RunningJobs:
+    """A logging filter on Snakemake's logger that lets every record through and notes which jobs
+    started (a JOB_INFO record names its rule) and finished (JOB_FINISHED)."""
+
+    def filter(self, record: Any) -> bool:
+        event = getattr(getattr(record, "event", None), "name", None)
+        if event == "JOB_INFO" and not _stopped_by:
+            _running[getattr(record, "jobid", None)] = str(getattr(record, "rule_name", "?"))
+        elif event == "JOB_FINISHED":
+            _running.pop(getattr(record, "job_id", None), None)
+        return True
+
+
+class _QuietAfterStop:
+    """A logging filter: lets a record through to the terminal until a stop came. (logging is
+    imported only when a stop comes: importing it here would add an exit handler to every process.)"""
+
+    def filter(self, record: Any) -> bool:
+        return not _stopped_by
+
+
+def _terminal_handlers() -> list[Any]:
+    """Snakemake's handlers that write to the terminal (a log file's handler is a StreamHandler too)."""
+    import logging
+
+    return [handler for handler in logging.getLogger(SNAKEMAKE_LOGGER).handlers
+            if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler)]
+
+
+def quiet_after_stop() -> bool:
+    """From the first SIGINT on, Snakemake's lines go to its log file only; whether it was set up
+    (not where SIGINT is ignored, nor off the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN or previous is None:
+        return False
+
+    def on_stop(signum: int, frame: Any) -> None:
+        if not _stopped_by:
+            _stopped_by.append(signum)
+            for handler in _terminal_handlers():
+                handler.addFilter(_QuietAfterStop())
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            raise KeyboardInterrupt
+
+    import logging
+
+    logging.getLogger(SNAKEMAKE_LOGGER).addFilter(_RunningJobs())
+    signal.signal(signal.SIGINT, on_stop)
+    return True
+
+
+def stopped_note(logfiles: Any, argv: list[str] | None = None) -> str | None:
+    """What the terminal shows after a stop, or None when none came: what was stopped, where
+    Snakemake's whole output is, and the command that goes on (this one, as it was typed)."""
+    if not _stopped_by:
+        return None
+    argv = list(sys.argv if argv is None else argv)
+    command = shlex.join(["snakemake", *argv[1:]])
+    logs = ", ".join(str(path) for path in (logfiles or [])) or "none (Snakemake wrote no log file)"
+    rules = list(dict.fromkeys(_running.values()))
+    what = (f"the running {'step' if len(rules) == 1 else 'steps'} {', '.join(rules)}" if rules
+            else "Snakemake between steps")
+    return (f"rlkeep: stopped by {signal.Signals(_stopped_by[0]).name}: {what} stopped, Snakemake released its "
+            "lock; every finished step is kept.\n"
+            f"Snakemake's whole output: {logs}\n"
+            f"To go on, run the same command:\n  {command}")

@@ -116,10 +116,11 @@ def run_demo(data_root: Path, config: list[str], again: str) -> int:
                    "--profile", str(repo / "profiles" / "local"), f"{JOB}/DONE"]
         command += ["--config", *config] if config else []  # after the target: --config takes every word after it
         print("rlkeep demo: " + " ".join(command[2:]), flush=True)
-        result = run_to_its_end(command, cwd=data_root, env={**os.environ, **env})
+        log = services / SNAKEMAKE_LOG
+        print(f"rlkeep demo: Snakemake's whole output is also kept in {log}", flush=True)
+        result = run_to_its_end(command, cwd=data_root, env={**os.environ, **env, "PYTHONUNBUFFERED": "1"}, log=log)
     if result.stopped_by is not None:
-        print(f"rlkeep demo: stopped by {signal.Signals(result.stopped_by).name}; Snakemake ended (exit status "
-              f"{result.returncode}) and the services are stopped. To go on, run the same command:\n  {again}",
+        print(stopped_message(signal.Signals(result.stopped_by).name, result.running, result.returncode, log, again),
               file=sys.stderr)
         return 128 + result.stopped_by
 
@@ -184,6 +185,20 @@ def serve(data_root: Path, command: list[str]) -> int:
         argv = [sys.executable, "-m", "rlkeep", *command[1:]] if command[0] == "rlkeep" else command
         result = run_to_its_end(argv, cwd=data_root, env={**os.environ, **env})
     return result.returncode if result.stopped_by is None else 128 + result.stopped_by
+
+
+SNAKEMAKE_LOG = "snakemake.log"  # under the data root's .services/: every attempt's Snakemake output, appended
+
+
+def stopped_message(signal_name: str, running: tuple[str, ...], returncode: int, log: Path, again: str) -> str:
+    """What the operator reads after a stop: what was stopped, where the whole output is, the command
+    that goes on (a few lines, never Snakemake's unwinding)."""
+    what = (f"the running {'step' if len(running) == 1 else 'steps'} {', '.join(running)}" if running
+            else "Snakemake between steps")
+    return (f"rlkeep demo: stopped by {signal_name}: {what} stopped, Snakemake ended (exit status {returncode}), "
+            f"the services are stopped; nothing finished is lost.\n"
+            f"Snakemake's whole output: {log}\n"
+            f"To go on, run the same command:\n  {again}")
 
 
 def artifact_listing(job_dir: Path) -> str:

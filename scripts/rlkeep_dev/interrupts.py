@@ -17,9 +17,11 @@ handles signals) dies of SIGTERM silently, where SIGINT prints a KeyboardInterru
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,6 +45,49 @@ class Stopped(BaseException):
 class Ended:
     returncode: int
     stopped_by: int | None  # the first stop signal that arrived while the child ran
+    running: tuple[str, ...] = ()  # the rules whose jobs had started and not finished when the stop came
+
+
+# Snakemake's lines that start and end a job ("rule x:" or "localrule x:", then "    jobid: 5";
+# "Finished jobid: 5 (Rule: x)" or, older, "Finished job 5.")
+JOB_RULE = re.compile(r"^(?:local)?rule (\w+):\s*$")
+JOB_ID = re.compile(r"^\s+jobid: (\d+)\s*$")
+JOB_FINISHED = re.compile(r"^Finished job(?:id)?:? (\d+)")
+
+
+class RunningJobs:
+    """Which rules have a started, unfinished job, from Snakemake's output read line by line."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, str] = {}
+        self._rule: str | None = None
+
+    def feed(self, line: str) -> None:
+        if started := JOB_RULE.match(line):
+            self._rule = started[1]
+        elif (job := JOB_ID.match(line)) and self._rule:
+            self.jobs[job[1]] = self._rule
+            self._rule = None
+        elif finished := JOB_FINISHED.match(line):
+            self.jobs.pop(finished[1], None)
+
+    def rules(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(self.jobs.values()))
+
+
+def _copy_output(stream: Any, log: Any, stopper: "_Stopper", jobs: RunningJobs, at_stop: list[tuple[str, ...]]) -> None:
+    """Every line to the log; to the terminal only until a stop came (what follows a stop is Snakemake
+    unwinding its jobs: the log keeps it, the operator is told where it is)."""
+    for raw in iter(stream.readline, b""):
+        log.write(raw)
+        log.flush()
+        if stopper.received:
+            if not at_stop:
+                at_stop.append(jobs.rules())
+            continue
+        jobs.feed(raw.decode(errors="replace"))
+        sys.stdout.buffer.write(raw)
+        sys.stdout.flush()
 
 
 def _handled(handler: Any) -> dict[int, Any]:
@@ -160,14 +205,24 @@ class _Stopper:
                 _send(pid, signal.SIGTERM)
 
 
-def run_to_its_end(command: list[str], *, cwd: Path, env: dict[str, str] | None) -> Ended:
+def run_to_its_end(command: list[str], *, cwd: Path, env: dict[str, str] | None, log: Path | None = None) -> Ended:
     """Run `command` and wait until it exits; the first stop signal stops it as the module docstring
-    says, and none after it is passed on (a second one would cut its clean-up short)."""
+    says, and none after it is passed on (a second one would cut its clean-up short). With `log`, its
+    output goes there whole and to the terminal until a stop comes."""
     stopper = _Stopper()
+    jobs = RunningJobs()
+    at_stop: list[tuple[str, ...]] = []
     previous = _handled(stopper.on_signal)
+    copier = None
+    log_file = open(log, "ab") if log is not None else None  # noqa: SIM115 - closed below, after the copier
     try:
         argv = [*command]  # an argument list, never a string a shell would read
-        stopper.child = subprocess.Popen(argv, cwd=cwd, env=env, start_new_session=True)
+        piped = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT} if log_file else {}
+        stopper.child = subprocess.Popen(argv, cwd=cwd, env=env, start_new_session=True, **piped)
+        if log_file is not None:
+            copier = threading.Thread(target=_copy_output, args=(stopper.child.stdout, log_file, stopper, jobs, at_stop),
+                                      daemon=True)
+            copier.start()
         while True:
             stopper.stop()  # a signal that came before the child existed; jobs started since the stop
             try:
@@ -177,4 +232,9 @@ def run_to_its_end(command: list[str], *, cwd: Path, env: dict[str, str] | None)
                 continue
     finally:
         _restore(previous)
-    return Ended(returncode, stopper.received[0] if stopper.received else None)
+        if copier is not None:
+            copier.join(timeout=30)
+        if log_file is not None:
+            log_file.close()
+    running = at_stop[0] if at_stop else jobs.rules()
+    return Ended(returncode, stopper.received[0] if stopper.received else None, running)

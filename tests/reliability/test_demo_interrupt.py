@@ -390,3 +390,34 @@ def test_a_service_killed_by_the_ctrl_c_that_came_while_it_started_is_a_stop(tmp
     else:  # no stop came: the failure is the service's own and is shown as it is
         assert ran.stdout == "" and ran.returncode == 1
         assert "RuntimeError: the service exited with -9" in ran.stderr, ran.stderr
+
+
+def test_ctrl_c_prints_a_few_lines_naming_what_stopped_and_the_command_that_goes_on(tmp_path: Path) -> None:
+    """After Ctrl-C the operator reads at most 10 lines: what was stopped, where Snakemake's whole output
+    is, the command that goes on; that command, followed as printed, reaches DONE."""
+    job_dir = tmp_path / "demo-data" / JOB
+    demo = Demo.start(DEMO, tmp_path, "stopped")
+    try:
+        while demo.process.poll() is None and not (job_dir / "logs" / "sync_traces.log").is_file():
+            time.sleep(0.005)
+        time.sleep(0.5)  # the step is under way
+        before = len(demo.output().splitlines())
+        os.killpg(demo.process.pid, signal.SIGINT)
+        assert demo.wait(STOP_BOUND_SECONDS) == 128 + signal.SIGINT, demo.output()[-4000:]
+    finally:
+        if demo.process.poll() is None:
+            os.killpg(demo.process.pid, signal.SIGKILL)
+    output = demo.output()
+    after = [line for line in output.splitlines()[before:] if line.strip()]
+    assert len(after) <= 10, "\n".join(after)
+    said = "\n".join(after)
+    assert "stopped by SIGINT: the running step" in said and "sync_traces" in said, said
+    for noise in ("RuleException", "CalledProcessError", "WorkflowError", "Error in rule", "Traceback"):
+        assert noise not in said, said
+    log = Path(re.search(r"Snakemake's whole output: (\S+)", said)[1])
+    assert log.is_file() and "sync_traces" in log.read_text()
+    command = printed_command(output, "To go on, run the same command")
+    assert command[1:] == DEMO[3:], command
+    again = Demo.start(command, tmp_path, "again")
+    assert again.wait(RUN_BOUND_SECONDS) == 0, again.output()[-5000:]
+    assert read_json(job_dir / "DONE")["job"] == JOB

@@ -200,3 +200,45 @@ def test_stopped_at_each_point_then_the_same_command_completes(data_root: Path, 
     figures_log.record("stops", survived=len(stops), points=stops, slowest_seconds=round(slowest, 1))
     assert len(stops) == len(STOP_POINTS), stops  # every chosen point was reached and stopped at
     assert_ends_like_a_clean_run(scenario, reference)
+
+
+def test_ctrl_c_of_a_pipeline_run_prints_a_few_lines_and_the_command_that_goes_on(
+        data_root: Path, bucket: str, iris, hub_server) -> None:
+    """Ctrl-C (SIGINT to the whole process group) while a step works: at most 10 lines follow, naming
+    the stop, Snakemake's log (which keeps its whole output) and the same command; that command,
+    followed as printed, reaches DONE."""
+    import re
+    import shlex
+
+    scenario = seed(data_root, bucket, iris, hub_server)
+    env = scenario.env()
+    pipeline = Pipeline(data_root, f"{JOB}/DONE", env=env, name="ctrl-c", default_signals=True)
+    try:
+        while pipeline.running() and not (scenario.job_dir / "logs" / "sync_traces.log").is_file():
+            time.sleep(0.005)
+        time.sleep(0.5)  # the step is under way
+        before = len(pipeline.output().splitlines())
+        os.killpg(pipeline.process.pid, signal.SIGINT)
+        pipeline.process.wait(timeout=STOP_BOUND_SECONDS)
+    except BaseException:
+        pipeline.kill()
+        raise
+    out_lines = pipeline.out_path.read_text(errors="replace").splitlines()
+    err_lines = pipeline.err_path.read_text(errors="replace").splitlines()
+    after = [line for line in pipeline.output().splitlines()[before:] if line.strip()]
+    said = "\n".join(after)
+    assert len(after) <= 10, said
+    assert "rlkeep: stopped by SIGINT" in said, said + "\n" + "\n".join(err_lines[-40:])
+    assert re.search(r"the running steps? [a-z_, ]*sync_traces", said), said
+    for noise in ("RuleException", "CalledProcessError", "WorkflowError", "Error in rule", "Traceback"):
+        assert noise not in said, said
+    log = Path(re.search(r"Snakemake's whole output: (\S+)", said)[1])
+    assert log.is_file() and "Error in rule" in log.read_text()  # the log keeps what the terminal does not
+    lines = said.splitlines()
+    command = shlex.split(lines[lines.index("To go on, run the same command:") + 1])
+    assert command[0] == "snakemake" and command[1:] == pipeline.command[3:], (command, out_lines[-3:])
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
+    again = subprocess.run(command, cwd=data_root, env={**os.environ, **env, "PATH": path}, capture_output=True,
+                           text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert (scenario.job_dir / "DONE").is_file()

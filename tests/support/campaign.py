@@ -143,6 +143,33 @@ def measured(page: Path, profile: Path, expression: str, size: str = "1400,1000"
     return json.loads(found[1].replace("&quot;", '"').replace("&amp;", "&"))
 
 
+def measured_at_width(page: Path, profile: Path, expression: str, width: int, height: int = 900) -> dict:
+    """`expression` read back from `page` laid out `width` CSS pixels wide: the page in an iframe of that
+    width (a headless window is at least 500 px wide), which posts the JSON to the frame around it."""
+    probe = page.with_name(f"{page.stem}.probe{width}.html")
+    frame = page.with_name(f"{page.stem}.frame{width}.html")
+    script = (f"<script>addEventListener('load',function(){{parent.postMessage(JSON.stringify({expression}),'*');}});"
+              "</script>")
+    probe.write_text(page.read_text().replace("</body>", script + "</body>"))
+    frame.write_text("<!DOCTYPE html><html><body style=\"margin:0\"><pre id=\"probe\"></pre><script>"
+                     "addEventListener('message',function(e){document.getElementById('probe').textContent=e.data;});"
+                     f"</script><iframe src=\"{probe.name}\" style=\"width:{width}px;height:{height}px;border:0\">"
+                     "</iframe></body></html>")
+    binary = chromium_path()
+    assert binary, "chromium is not installed (apt-get install chromium chromium-driver; .ci/run does)"
+    try:
+        result = subprocess.run([binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=10000",
+                                 f"--window-size={max(width, 500) + 40},{height + 200}", "--dump-dom",
+                                 frame.resolve().as_uri()], capture_output=True, text=True, timeout=180)
+    finally:
+        probe.unlink()
+        frame.unlink()
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = re.search(r'<pre id="probe">([^<]+)</pre>', result.stdout)
+    assert found, "the probe script did not run"
+    return json.loads(found[1].replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">"))
+
+
 HREF = re.compile(r"""\b(?:href|src)="([^"]*)\"""")
 
 

@@ -16,10 +16,11 @@ from rlkeep.run_report import reward_series, smoothed
 CURVE_POINTS = 60  # per run and per line: 300 runs stay well under the index's 2 MB
 
 
-def run_state(status: dict[str, Any], started: bool, record_error: str | None = None
+def run_state(status: dict[str, Any], started: bool, record_error: str | None = None, refused: bool = False
               ) -> tuple[str, list[tuple[str, str, str]]]:
     """(overall state, [(step, status, reason or what remains)] in pipeline order). `done` needs DONE
-    and no blocked step; any blocked step, or drift its last audit found, makes the run `blocked`."""
+    and no blocked step; any blocked step, or drift its last audit found, makes the run `blocked`; a
+    record that does not load is `refused` (valid YAML that validation refuses) or `unreadable`."""
     steps = status.get("steps") or {}
     cells = []
     for step in STEPS:
@@ -28,7 +29,7 @@ def run_state(status: dict[str, Any], started: bool, record_error: str | None = 
         reason = str(info.get("reason") or info.get("remaining") or "").strip()
         cells.append((step.name, state, reason))
     if record_error:
-        return "unreadable", cells
+        return ("refused" if refused else "unreadable"), cells
     if any(state == "blocked" for _, state, _ in cells) or audit_drift(status):
         return "blocked", cells
     if status.get("done"):
@@ -124,7 +125,7 @@ def rule_as_written(record_text: str | None) -> str | None:
 def run_digest(view: Any) -> dict[str, Any]:
     """The run as the index compares it (view: rlkeep.campaign.views.RunView)."""
     status, files = view.status, view.files
-    overall, cells = run_state(status, view.started, view.record_error)
+    overall, cells = run_state(status, view.started, view.record_error, view.record_refused)
     selected = files.get("selected") if isinstance(files.get("selected"), dict) else {}
     rule = selected.get("rule") if isinstance(selected.get("rule"), dict) else {}
     blocked = [[name, short_reason(reason), reason] for name, state, reason in cells if state == "blocked"]

@@ -16,8 +16,10 @@ from rlkeep.campaign.markup import (SCRIPT, STATE_GLYPHS, STEP_GLYPHS, STEP_STAT
 from rlkeep.campaign.plots import overlay_svg, run_colour
 from rlkeep.campaign.views import RunView, destination_links, storage_bytes
 from rlkeep.pipeline import STEPS
+from rlkeep.readable import plural
 
-STATES = ("done", "blocked", "in_progress", "not_started", "unreadable")
+STATES = ("done", "blocked", "in_progress", "not_started", "refused", "unreadable")
+NEEDS_OPERATOR = frozenset({"blocked", "refused", "unreadable"})
 # (heading, width, sortable): the widths add up to 100% so the table fits 1,400 px without scrolling
 COLUMNS = (("run", "10%", True), ("state", "8.5%", True), ("steps", "19.5%", False), ("selected", "7%", True),
            ("reward best / final", "8%", True), ("base model", "8%", True), ("dates", "9%", True),
@@ -57,7 +59,7 @@ def run_row(view: RunView, endpoint: str | None = None, digest: dict[str, Any] |
     """The run's row: every cell from the digest and the view, the state and the strip from run_state."""
     digest = digest or run_digest(view)
     status = view.status
-    overall, cells = run_state(status, view.started, view.record_error)
+    overall, cells = run_state(status, view.started, view.record_error, view.record_refused)
     selected, rewards = digest["selected"] or {}, digest["rewards"]
     storage = storage_bytes(view)
     why = "".join(f"<span class=\"why\">{esc(name.replace('_', ' '))}: {esc(short)}</span>"
@@ -75,7 +77,7 @@ def run_row(view: RunView, endpoint: str | None = None, digest: dict[str, Any] |
         reward_cell = "<td data-sort=\"-1e308\">none logged</td>"
     reclaimable = storage["reclaimable"]
     command = blocked_command(status)
-    next_cell = (f"<code>{esc(command)}</code>" if command else "nothing") if overall != "unreadable" else (
+    next_cell = (f"<code>{esc(command)}</code>" if command else "nothing") if not view.record_error else (
         f"record error: <span class=\"reason\">{esc(view.record_error)}</span>")
     row = [
         f"<th scope=\"row\" data-sort=\"{esc(view.job)}\"><a href=\"{esc(quote(view.job))}.html\">{esc(view.job)}</a>"
@@ -109,14 +111,16 @@ def index_html(views: list[RunView], *, generated_at: str, revision: str, endpoi
 
 def banner_html(digests: list[dict[str, Any]]) -> str:
     """The runs that need an operator (blocked, or a record that does not load) and why."""
-    waiting = [d for d in digests if d["overall"] in {"blocked", "unreadable"}]
+    waiting = [d for d in digests if d["overall"] in NEEDS_OPERATOR]
     if not waiting:
         return "<section class=\"calm\" aria-label=\"operator\">No run needs an operator.</section>"
 
     def item(digest: dict[str, Any]) -> str:
-        reasons = "; ".join(f"{name.replace('_', ' ')}: {short}" for name, short, _ in digest["blocked"])
+        # a record's error in full (its expected value is the remedy); a step's first line (its page has the rest)
+        reasons = "; ".join(f"{name.replace('_', ' ')}: {full if name == 'record' else short}"
+                            for name, short, full in digest["blocked"])
         return (f"<li data-job=\"{esc(digest['job'])}\"><a href=\"{esc(quote(digest['job']))}.html\">"
-                f"{esc(digest['job'])}</a> \u2014 {esc(reasons)}</li>")
+                f"{esc(digest['job'])}</a> \u2014 <span class=\"wrap\">{esc(reasons)}</span></li>")
 
     items = [item(d) for d in waiting]
     rest = items[BANNER_SHOWN:]
@@ -143,7 +147,7 @@ def checkpoints_html(digests: list[dict[str, Any]]) -> str:
             f"<td>{number_text(rewards['best'][1]) if rewards['best'] else ''}</td></tr>")
     head = "".join(f"<th scope=\"col\">{h}</th>" for h in
                    ("run", "kind", "selected step", "rule", "reward there", "best reward"))
-    return (f"<p>{len(rows)} runs have a selected step (checkpoint/selected.json); the diamond is its mark "
+    return (f"<p>{plural(len(rows), 'run has', 'runs have')} a selected step (checkpoint/selected.json); the diamond is its mark "
             "in the plot.</p><div class=\"scroll\" tabindex=\"0\" role=\"region\" aria-label=\"selected checkpoints, "
             f"scrollable\"><table id=\"checkpoints\"><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody>"
             "</table></div>")
@@ -174,7 +178,7 @@ def index_from_entries(entries: list[dict[str, Any]], *, generated_at: str, revi
     order = " \u00b7 ".join(f"{n} {step.name.replace('_', ' ')}" for n, step in enumerate(STEPS, start=1))
     legend = "".join(f"<span class=\"st-{s}\">{STEP_GLYPHS[s]} {s.replace('_', ' ')}</span>" for s in STEP_STATES)
     body = (
-        f"<h1>rlkeep campaign</h1><p>{len(entries)} records: {esc(summary)}.</p>"
+        f"<h1>rlkeep campaign</h1><p>{plural(len(entries), 'record')}: {esc(summary)}.</p>"
         f"{banner_html(digests)}"
         "<div class=\"top\"><section aria-labelledby=\"overlay-h\"><h2 id=\"overlay-h\">Reward across runs</h2>"
         f"{overlay_svg(digests)}</section><section aria-labelledby=\"ckpt-h\"><h2 id=\"ckpt-h\">Selected "

@@ -8,6 +8,8 @@ import html
 import re
 from typing import Any
 
+from rlkeep import readable
+
 STEP_STATES = ("completed", "blocked", "pending", "not_applicable")
 
 
@@ -23,7 +25,7 @@ table{border-collapse:collapse;margin:.4rem 0}caption{text-align:left;font-weigh
 th,td{border:1px solid var(--line);padding:.25rem .4rem;vertical-align:top;text-align:left}
 thead th{background:#ececec}
 .st-completed,.ov-done,.strip .c{background:#d7f0d9;color:#0b4d12}
-.st-blocked,.ov-blocked,.ov-unreadable,.strip .b{background:#fbd5d5;color:#7a0b0b}
+.st-blocked,.ov-blocked,.ov-unreadable,.ov-refused,.strip .b{background:#fbd5d5;color:#7a0b0b}
 .st-pending,.ov-in_progress,.strip .p{background:#fff1c2;color:#5c4300}.st-not_applicable,.ov-not_started,.strip .n{background:#eeeeee;color:#3d3d3d}
 .badge{display:inline-block;padding:0 .35rem;border-radius:3px;font-weight:600;white-space:nowrap}
 .reason{display:block;font-size:12px;white-space:pre-wrap}
@@ -48,7 +50,7 @@ border:1px solid #7a0b0b;padding:.3rem .5rem;white-space:pre-wrap;font-size:12px
 button.sort{font:inherit;background:none;border:0;padding:0;cursor:pointer;text-decoration:underline;color:inherit}
 #controls{margin:.4rem 0;display:flex;gap:1rem;align-items:center;flex-wrap:wrap}
 .banner{border:2px solid #7a0b0b;background:#fff6f6;padding:.3rem .8rem .5rem;margin:.5rem 0}
-.banner h2{margin:.2rem 0;color:#7a0b0b}.banner ul{margin:.2rem 0;padding-left:1.2rem}
+.wrap{white-space:pre-wrap;overflow-wrap:anywhere}.banner h2{margin:.2rem 0;color:#7a0b0b}.banner ul{margin:.2rem 0;padding-left:1.2rem}
 .calm{border:1px solid #0b4d12;background:#f4fbf4;padding:.4rem .8rem}
 .top{display:flex;gap:1.5rem;align-items:flex-start;flex-wrap:wrap}.top>section{flex:1 1 30rem;min-width:0}
 svg.overlay{width:100%;max-width:640px;height:auto;font:11px sans-serif;fill:var(--fg)}
@@ -59,6 +61,25 @@ svg .run .sel{fill:var(--c);stroke:#fff;stroke-width:1}svg .run:hover polyline{s
 .card h2{margin-top:.2rem}.card dl{display:grid;grid-template-columns:11rem 1fr;gap:.2rem 1rem;margin:.3rem 0}.card dt{font-weight:600}.card dd{margin:0}
 details>summary{cursor:pointer;font-weight:600;margin:.3rem 0}
 figure{margin:.5rem 0}img{max-width:100%;height:auto;border:1px solid var(--line)}
+h1{overflow-wrap:anywhere}dd,.top>section{min-width:0}
+@media (max-width:900px){
+body{margin:.6rem}
+table{display:block;max-width:100%;overflow-x:auto}
+.card{padding:.4rem .6rem}.card dl{grid-template-columns:1fr;gap:0}.card dd{margin:0 0 .4rem}
+.strip{white-space:normal}
+#runs{display:block;overflow:visible}#runs thead{display:none}#runs tbody{display:block}
+#runs tr{display:grid;grid-template-columns:minmax(0,1fr) auto;gap:.2rem .6rem;border:1px solid #999;
+border-radius:4px;padding:.4rem .6rem;margin:.5rem 0}
+#runs tr[hidden]{display:none}
+#runs td,#runs th{display:block;border:0;padding:0;width:auto}
+#runs td:nth-child(2){grid-column:2;grid-row:1;text-align:right}
+#runs td:nth-child(n+3){grid-column:1/-1}
+#runs td:nth-child(6),#runs td:nth-child(7),#runs td:nth-child(8),#runs td:nth-child(9){display:none}
+#runs td:nth-child(4)::before{content:"selected: ";font-weight:600}
+#runs td:nth-child(5)::before{content:"best reward: ";font-weight:600}
+#runs td:nth-child(10)::before{content:"to do: ";font-weight:600}
+#runs .sub{display:inline;margin-left:.3rem}
+}
 """
 
 SCRIPT = """
@@ -120,7 +141,7 @@ SCRIPT = """
 # text beside every colour: a glyph per step state and per run state
 STEP_GLYPHS = {"completed": "\u2713", "blocked": "\u2715", "pending": "\u2026", "not_applicable": "\u2013"}
 STATE_GLYPHS = {"done": "\u2713", "blocked": "\u2715", "in_progress": "\u2026", "not_started": "\u25cb",
-                "unreadable": "!"}
+                "unreadable": "!", "refused": "\u2715"}
 
 
 def state_badge(overall: str) -> str:
@@ -234,11 +255,8 @@ def folded(name: str, rows: int, inner: str) -> str:
 
 
 def number_text(value: Any) -> str:
-    return f"{value:.3g}" if isinstance(value, float) else esc(value)
+    return esc(readable.number(value))
 
 
 def duration_text(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    hours = seconds / 3600
-    return f"{hours / 24:.1f} d" if hours >= 48 else f"{hours:.1f} h"
+    return esc(readable.duration(seconds))

@@ -168,7 +168,7 @@ def files_html(view: RunView) -> str:
 
 
 def steps_html(view: RunView) -> str:
-    overall, cells = run_state(view.status, view.started, view.record_error)
+    overall, cells = run_state(view.status, view.started, view.record_error, view.record_refused)
     step_rows = []
     for name, state, reason in cells:
         step_rows.append([esc(name), f"<span class=\"st-{esc(state if state in STEP_STATES else 'pending')}\">"

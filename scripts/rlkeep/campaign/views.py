@@ -13,10 +13,11 @@ from urllib.parse import quote
 
 from rlkeep.campaign.digest import run_state
 from rlkeep.errors import RlkeepError
+from rlkeep.profiles import default_invocation
 from rlkeep.generation_stats import read_tables
 from rlkeep.jsonio import read_json
 from rlkeep.metrics import read_metrics_csv
-from rlkeep.records import load_record
+from rlkeep.records import RecordRefused, load_record
 from rlkeep.report import build_status
 from rlkeep.urls import join_url
 
@@ -33,6 +34,7 @@ class RunView:
     status: dict[str, Any]
     started: bool
     record_error: str | None = None
+    record_refused: bool = False  # the record reads as YAML and validation refuses it
     files: dict[str, Any] = field(default_factory=dict)
     facts: dict[str, Any] = field(default_factory=dict)  # from the record: user, base_model, text as written
 
@@ -50,17 +52,18 @@ def overall_state(status: dict[str, Any], started: bool) -> str:
     return run_state(status, started)[0]
 
 
-def load_run(data_root: Path, record_file: Path, invocation: str = "snakemake --profile iris") -> RunView:
+def load_run(data_root: Path, record_file: Path, invocation: str | None = None) -> RunView:
     """The view of one record; a record that does not load is shown with its error, never skipped."""
 
     job = record_file.stem
     job_dir = data_root / job
     record = None
     record_error = None
+    refused = False
     try:
         record = load_record(record_file)
     except RlkeepError as error:
-        record_error = str(error)
+        record_error, refused = str(error), isinstance(error, RecordRefused)
     status = build_status(job_dir, record=record, invocation=invocation)
     started = job_dir.is_dir()
     files = {
@@ -89,8 +92,8 @@ def load_run(data_root: Path, record_file: Path, invocation: str = "snakemake --
     files["generation"] = _generation_tables(job_dir, files["table_errors"])
     facts = {"user": record.user if record else None, "base_model": record.base_model if record else None,
              "text": _read_text(record_file, 64 << 10)}
-    return RunView(job=job, overall=run_state(status, started, record_error)[0], status=status, started=started,
-                   record_error=record_error, files=files, facts=facts)
+    return RunView(job=job, overall=run_state(status, started, record_error, refused)[0], status=status,
+                   started=started, record_error=record_error, files=files, facts=facts, record_refused=refused)
 
 
 def _tables(job_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, list[str]]:
@@ -141,10 +144,11 @@ def _read_text(path: Path, limit: int = 1 << 20) -> str | None:
     return path.read_bytes()[:limit].decode("utf-8", "replace")
 
 
-def load_campaign(data_root: Path, records_dir: Path, invocation: str = "snakemake --profile iris") -> list[RunView]:
+def load_campaign(data_root: Path, records_dir: Path, invocation: str | None = None) -> list[RunView]:
     records_dir = records_dir if records_dir.is_absolute() else data_root / records_dir
     if not records_dir.is_dir():
         return []
+    invocation = invocation or default_invocation()
     return [load_run(data_root, path, invocation) for path in sorted(records_dir.glob("*.yaml"))]
 
 

@@ -29,6 +29,7 @@ from rlkeep.campaign.run_page import run_html
 from rlkeep.campaign.views import load_run
 from rlkeep.folderstate import code_digest, job_fingerprint, refresh_lock
 from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
+from rlkeep.profiles import default_invocation
 from rlkeep.report import rlkeep_revision
 
 STATUS = "STATUS.json"
@@ -70,10 +71,11 @@ def render_index(entries: list[dict[str, Any]], *, generated_at: str, revision: 
     return index_from_entries(entries, generated_at=generated_at, revision=revision)
 
 
-def write_views(data_root: Path, records_dir: Path, *, invocation: str = "snakemake --profile iris",
+def write_views(data_root: Path, records_dir: Path, *, invocation: str | None = None,
                 endpoint: str | None = None) -> Path:
     """STATUS.json of every started job and the campaign pages of every record (only the runs that
     changed are read and rewritten); returns the index's path."""
+    invocation = invocation or default_invocation()
     data_root = Path(data_root)
     records_dir = Path(records_dir)
     records_dir = records_dir if records_dir.is_absolute() else data_root / records_dir
@@ -193,8 +195,10 @@ def cli_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="rlkeep campaign", description=cli_main.__doc__)
     parser.add_argument("--data-root", type=Path, default=Path("."), help="the data root (default: here)")
     parser.add_argument("--records", type=Path, default=Path("records"), help="records folder, from the data root")
-    parser.add_argument("--invocation", default="snakemake --profile iris",
-                        help="the command the pages say continues a run (default: %(default)s)")
+    parser.add_argument("--invocation", default=None,
+                        help="the command the pages say continues a run (default: `snakemake --profile` and the "
+                        "name of the iris profile that runs this checkout: iris, or iris-<checkout> when "
+                        "another checkout owns iris)")
     args = parser.parse_args(argv)
     records = args.records if args.records.is_absolute() else args.data_root / args.records
     if not records.is_dir():

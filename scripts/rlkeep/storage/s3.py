@@ -16,6 +16,7 @@ from typing import IO, BinaryIO, TypeVar
 from urllib.parse import urlsplit
 
 from rlkeep.errors import StoreError
+from rlkeep.readable import plural
 from rlkeep.storage import multipart
 from rlkeep.storage.client import API_ATTEMPTS, requester_identity, s3_client
 from rlkeep.storage.connection import connection_for
@@ -63,7 +64,7 @@ class S3Store:
             if throttled is not None:
                 raise StoreThrottled(f"{what}: {throttled}") from None
             if is_retryable(error):
-                raise StoreUnavailable(f"{what}: failed after {API_ATTEMPTS} attempts: {describe_error(error)}") from None
+                raise StoreUnavailable(f"{what}: failed after {plural(API_ATTEMPTS, 'attempt')}: {describe_error(error)}") from None
             raise StoreError(f"{what}: failed after 1 attempts: {describe_error(error)}") from None
 
     def list(self, prefix: str = "", *, page_size: int = 1000) -> Iterator[ObjectInfo]:
@@ -153,7 +154,7 @@ class S3Store:
                 transient = isinstance(error, StoreError) or is_retryable(error)
                 if not transient or attempt == READ_ATTEMPTS - 1:
                     failure = StoreUnavailable if transient else StoreError
-                    raise failure(f"{what}: {verb} failed after {attempt + 1} attempts: {describe_error(error)}") from None
+                    raise failure(f"{what}: {verb} failed after {plural(attempt + 1, 'attempt')}: {describe_error(error)}") from None
                 time.sleep(min(8.0, 0.2 * 2**attempt))
                 attempt += 1
         raise AssertionError("unreachable")
