@@ -10,7 +10,7 @@ from pathlib import Path
 from tests.conftest import REPO
 
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
-DOCUMENTS = ("README.md", "profiles/README.md", "docs/*.md")
+DOCUMENTS = ("README.md", "CHANGELOG.md", "bench/README.md", "profiles/README.md", "docs/*.md")
 
 
 def tracked(repo: Path) -> set[str]:

@@ -10,7 +10,7 @@ class TransientError(RlkeepError):
     """A failure another try may cure: a network error, a 5xx, a 429 within its bound. The step
     retries it itself, a bounded number of times (rlkeep.steps.run_step); every other failure (a
     missing program, a bad record, a refusal, a schema error, a bug) is permanent and fails the
-    step once (README, "Which errors are retried")."""
+    step once (docs/running.md, "Which errors are retried")."""
 
 
 class RecordError(RlkeepError):

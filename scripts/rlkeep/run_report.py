@@ -127,10 +127,6 @@ def trial_analysis(trials: Sequence[Mapping[str, Any]], success_reward: float = 
 
 # --------------------------------------------------------------------------- rendering
 
-def _fmt(value: Any) -> str:
-    return readable.number(value)
-
-
 def _with_column(rows: list[list[Any]], index: int) -> list[list[Any]]:
     """Rows with column `index` formatted in one format (rlkeep.readable.column)."""
     for row, text in zip(rows, readable.column([row[index] for row in rows])):
@@ -184,7 +180,7 @@ def sections(rows: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, An
         pass
     elif summaries:
         # a row is one metric: its four figures share one format
-        table = [[m["metric"], *readable.column([m["mean"], m["std"], m["min"], m["max"]]), _fmt(m["count"])]
+        table = [[m["metric"], *readable.column([m["mean"], m["std"], m["min"], m["max"]]), readable.number(m["count"])]
                  for prefix in summaries for m in summaries[prefix]]
         out.append(("Per-category summaries", ["metric", "mean", "std", "min", "max", "count"], table,
                     "grouped by key prefix"))
@@ -214,10 +210,10 @@ def sections(rows: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, An
         table = _with_column(table, 1)
         out.append(("Trial phases", ["phase", "seconds", "share of trial time"], table,
                     f"{analysis['trials']} trials, {analysis['duration_seconds']:.1f} s"))
-        facts = [["reward mean", _fmt(analysis["reward_mean"])], ["success rate (reward >= 1)", _pct(analysis["success_rate"])],
-                 ["trials with a reward", str(analysis["with_reward"])], ["mean turns", _fmt(analysis["turns"]["mean"])]]
+        facts = [["reward mean", readable.number(analysis["reward_mean"])], ["success rate (reward >= 1)", _pct(analysis["success_rate"])],
+                 ["trials with a reward", str(analysis["with_reward"])], ["mean turns", readable.number(analysis["turns"]["mean"])]]
         facts += [[f"turns: {n}", f"{count} trials"] for n, count in analysis["turns"]["distribution"].items()]
-        facts += [[f"mean turns, {outcome}", _fmt(mean)] for outcome, mean in analysis["turns_by_outcome"].items()]
+        facts += [[f"mean turns, {outcome}", readable.number(mean)] for outcome, mean in analysis["turns_by_outcome"].items()]
         facts += [[f"exception {name}", f"{count} trials"] for name, count in analysis["exceptions"].items()]
         out.append(("Trials", ["fact", "value"], facts, "from trace_jobs/<trial>/result.json"))
     else:
@@ -246,7 +242,7 @@ def vllm_sections(per_second: Sequence[Mapping[str, Any]], *, untimed_lines: int
               "kv_cache_usage_pct": "GPU KV cache usage (%, mean of engines)",
               "prefix_cache_hit_rate_pct": "prefix cache hit rate (%, mean of engines)"}
     # a row is one measure: its mean and max share one format
-    table = [[labels[name], *readable.column([stats[name]["mean"], stats[name]["max"]]), _fmt(stats[name]["seconds"])]
+    table = [[labels[name], *readable.column([stats[name]["mean"], stats[name]["max"]]), readable.number(stats[name]["seconds"])]
              for name in ("engines", *SUMMED, *AVERAGED) if stats[name]["seconds"]]
     absent = [labels[name] for name in (*SUMMED, *AVERAGED) if not stats[name]["seconds"]]
     note = (f"{len(per_second)} seconds with a report, from vLLM's stat lines in the logs read; per second the "
@@ -272,8 +268,8 @@ def batch_error_sections(columns: Sequence[str], table: Sequence[Mapping[str, An
                  "F failed instances, M masked` line (SkyRL's Harbor generator prints one per batch)")]
     counts = [name for name in columns if name not in ("attempt", "step", "source")]
     files = ["file"] if any(row.get("source") for row in table) else []
-    per_step = [[_fmt(row.get("step")) if row.get("step") not in (None, "") else "after the last logged step",
-                 str(row.get("attempt")), *(_fmt(row.get(name)) for name in counts),
+    per_step = [[readable.number(row.get("step")) if row.get("step") not in (None, "") else "after the last logged step",
+                 str(row.get("attempt")), *(readable.number(row.get(name)) for name in counts),
                  *([str(row.get("source") or "")] if files else [])] for row in table]
     summed = totals(table, columns)
     instances = summed.get("instances") or 0

@@ -8,7 +8,7 @@ never sees them (awscli pins a different botocore than rlkeep does).
 `interleave` runs the contenders alternately, round by round, with the order reversed every
 other round, and records /proc/loadavg before each run: on a shared 2-core machine only a
 ratio between neighbouring runs means anything. `write_results` keeps the raw figures in
-bench/results/<name>.json; the README table is made from those files.
+bench/results/<name>.json; the table in bench/README.md is made from those files.
 """
 from __future__ import annotations
 
@@ -262,7 +262,7 @@ def write_results(name: str, figures: Mapping[str, Any], out_dir: Path | None = 
 
 
 def markdown_table(results_dir: Path | None = None) -> str:
-    """The README's comparison table from bench/results/*.json: one row per (benchmark, peer),
+    """The comparison table of bench/README.md from bench/results/*.json: one row per (benchmark, peer),
     with the ratio's spread over the interleaved rounds and the 1-minute load before the runs.
 
     A results file takes part when it has `seconds` and `ratio_vs` as interleave() returns

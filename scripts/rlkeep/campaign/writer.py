@@ -33,7 +33,7 @@ from rlkeep.profiles import default_invocation
 from rlkeep.report import rlkeep_revision
 
 STATUS = "STATUS.json"
-REFUSED = "refused.json"  # the records that do not load, for scripts (README, "A job record")
+REFUSED = "refused.json"  # the records that do not load, for scripts (docs/records.md)
 INDEX = "index.html"
 # in <job>/.work/: what the last refresh made the views from, its lock, the run's plot cache
 VIEW_MEMO = "views.json"
