@@ -1,0 +1,152 @@
+"""Secrets as writers cut them: a terminal's hard wrap, a shell's backslash-newline, CRLF, a wrap
+kept as `\\n` in a JSON string, consecutive JSONL records, one line per row of a table column.
+Each is found by `rlkeep redact --check` and every piece is gone after `rlkeep redact`."""
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from rlkeep.redaction import Redactor, available_engines
+from tests.support.secrets_corpus import plant
+from tests.test_redaction import run_cli
+
+# Kinds whose credential names itself (a literal prefix, then the token): these are joined across breaks.
+TOKEN_KINDS = ("aws_access_key_id", "huggingface_token", "openai_api_key", "openai_compatible_key",
+               "anthropic_api_key", "github_token", "google_api_key", "slack_token", "wandb_api_key", "jwt",
+               "iris_proxy_url", "slack_webhook")
+_MARKER = re.compile(r"<redacted:[a-z0-9_]+>")
+_PROMPT = re.compile(r"(?m)^[ \t]*(?:(?:>>>|\.\.\.|[$#%>])[ \t]+)?")
+
+
+def rebuilt(text: str) -> str:
+    """What is left once markers go and line breaks, continuation backslashes, escaped `\\n`,
+    indentation and prompts are deleted: a reader putting the pieces back together."""
+    text = _MARKER.sub("\0", text)
+    text = text.replace("\\r\\n", "\n").replace("\\n", "\n").replace("\r\n", "\n").replace("\r", "\n")
+    text = re.sub(r"\\+\n", "\n", text)
+    text = _PROMPT.sub("", text)
+    return re.sub(r"[ \t]*\n", "", text)
+
+
+def longest_left(secret: str, text: str) -> int:
+    """The longest run of the secret's characters that can still be read in `text`, joined."""
+    joined = rebuilt(text)
+    best = 0
+    for start in range(len(secret)):
+        low, high = best + 1, len(secret) - start
+        while low <= high:  # the longest prefix of secret[start:] present in `joined`
+            middle = (low + high) // 2
+            if secret[start:start + middle] in joined:
+                best, low = middle, middle + 1
+            else:
+                high = middle - 1
+    return best
+
+
+def check_and_redact(root: Path) -> str:
+    check = run_cli([str(root), "--check"])
+    assert check.returncode == 1, (check.stdout, check.stderr)
+    assert json.loads(check.stdout)["findings"]
+    redact = run_cli([str(root)])
+    assert redact.returncode == 0, redact.stderr
+    assert run_cli([str(root), "--check"]).returncode == 0
+    return redact.stdout
+
+
+# ------------------------------------------------------------------------------------------
+# The issue's examples, through the CLI.
+
+def test_an_aws_key_id_cut_by_a_line_break_before_another_line(tmp_path: Path) -> None:
+    key = plant("aws_access_key_id", random.Random(1)).secret
+    root = tmp_path / "run"
+    root.mkdir()
+    (root / "trainer.log").write_text(f"INFO key {key[:10]}\n{key[10:]}\nINFO done\n")
+    check_and_redact(root)
+    left = (root / "trainer.log").read_text()
+    assert key[:10] not in left and key[10:] not in left and left.endswith("\nINFO done\n"), left
+
+
+@pytest.mark.parametrize("kind", ["openai_api_key", "huggingface_token", "github_token", "slack_token",
+                                  "google_api_key", "jwt", "aws_access_key_id"])
+def test_a_token_continued_with_a_trailing_backslash(tmp_path: Path, kind: str) -> None:
+    secret = plant(kind, random.Random(2)).secret
+    cut = len(secret) // 2
+    root = tmp_path / "run"
+    root.mkdir()
+    (root / "launch.sh").write_text(f"#!/bin/sh\necho {secret[:cut]}\\\n{secret[cut:]} > key.txt\nrun\n")
+    (root / "job.log").write_text(f"$ export KEY={secret[:cut]}\\\n> {secret[cut:]}\n$ run\n")
+    check_and_redact(root)
+    for name in ("launch.sh", "job.log"):
+        left = (root / name).read_text()
+        assert secret[:cut] not in left and secret[cut:] not in left, (name, left)
+        assert longest_left(secret, left) < 8, (name, left)
+
+
+def test_a_pem_key_one_line_per_row_of_a_parquet_column(tmp_path: Path) -> None:
+    pem = plant("pem_private_key", random.Random(3)).text
+    lines = pem.split("\n")
+    root = tmp_path / "logs"
+    root.mkdir()
+    path = root / "log.parquet"
+    rows = ["starting", *lines, "done"]
+    pq.write_table(pa.table({"step": list(range(len(rows))), "line": rows}), path, row_group_size=4)
+    check = run_cli([str(root), "--check"])
+    assert check.returncode == 1
+    assert run_cli([str(root)]).returncode == 0
+    assert run_cli([str(root), "--check"]).returncode == 0
+    left = pq.read_table(path).column("line").to_pylist()
+    assert left[0] == "starting" and left[-1] == "done" and len(left) == len(rows)
+    assert all(_MARKER.fullmatch(cell) for cell in left[1:-1]), left  # BEGIN, every body row and END
+
+
+@pytest.mark.parametrize("width", [80, 120, 200])
+@pytest.mark.parametrize("kind", ["openai_api_key", "anthropic_api_key", "github_token", "wandb_api_key", "jwt"])
+def test_a_terminal_capture_wraps_at_its_width(tmp_path: Path, width: int, kind: str) -> None:
+    secret = plant(kind, random.Random(width)).secret
+    line = f"user@box:~/run$ export API_KEY={secret} && python train.py --steps 100"
+    pane = "\n".join(line[i:i + width] for i in range(0, len(line), width))
+    padded = "\n".join(row.ljust(width) for row in pane.split("\n"))  # tmux pads rows with spaces
+    root = tmp_path / "run"
+    root.mkdir()
+    (root / "agent.pane").write_text(f"user@box:~/run$ ls\nsrc  tests\n{padded}\nuser@box:~/run$ \n")
+    (root / "trial.log").write_text("\r\n".join(pane.split("\n")) + "\r\n$ exit\r\n")  # CRLF
+    check_and_redact(root)
+    for name in ("agent.pane", "trial.log"):
+        left = (root / name).read_text()
+        assert longest_left(secret, left) < 8, (name, left)
+
+
+def test_a_wrap_inside_a_json_string_and_consecutive_jsonl_records(tmp_path: Path) -> None:
+    token = plant("huggingface_token", random.Random(4)).secret
+    key = plant("aws_access_key_id", random.Random(4)).secret
+    root = tmp_path / "traces"
+    root.mkdir()
+    (root / "trial.json").write_text(json.dumps({"output": f"$ cat .env\nHF={token[:17]}\n  {token[17:]}\nok"}))
+    chunks = [f"$ env | grep AWS\nAWS_ACCESS_KEY_ID={key[:7]}", f"{key[7:15]}", f"{key[15:]}\n$ "]
+    (root / "stream.jsonl").write_text("".join(json.dumps({"stream": "stdout", "seq": i, "chunk": chunk}) + "\n"
+                                               for i, chunk in enumerate(chunks)))
+    check_and_redact(root)
+    document = json.loads((root / "trial.json").read_text())  # still JSON
+    assert longest_left(token, document["output"]) < 8, document
+    records = [json.loads(line) for line in (root / "stream.jsonl").read_text().splitlines()]
+    assert [r["seq"] for r in records] == [0, 1, 2]
+    assert longest_left(key, "".join(r["chunk"] for r in records)) < 8, records
+
+
+@pytest.mark.parametrize("engine", available_engines())
+def test_every_engine_joins_the_same(engine: str) -> None:
+    key = plant("aws_access_key_id", random.Random(5)).secret
+    token = plant("huggingface_token", random.Random(5)).secret
+    text = (f"INFO key {key[:10]}\n{key[10:]}\nINFO done\necho h\\\n{token[1:]}\n"
+            f"slack xoxb-none\nbye\n" + json.dumps({"c": f"x {token[:20]}"}) + "\n" + json.dumps({"c": token[20:]}) + "\n")
+    redacted, found = Redactor(engine=engine).redact_text(text)
+    assert longest_left(key, redacted) < 8 and longest_left(token, redacted) < 8, redacted
+    assert [kind for _, kind in found].count("aws_access_key_id") >= 1
+    assert redacted.endswith("bye\n" + json.dumps({"c": "x <redacted:huggingface_token>"}) + "\n"
+                             + json.dumps({"c": "<redacted:huggingface_token>"}) + "\n"), redacted
