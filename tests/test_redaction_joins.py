@@ -24,6 +24,17 @@ _MARKER = re.compile(r"<redacted:[a-z0-9_]+>")
 _PROMPT = re.compile(r"(?m)^[ \t]*(?:(?:>>>|\.\.\.|[$#%>])[ \t]+)?")
 
 
+def credential(kind: str, rng: random.Random) -> tuple[str, str]:
+    """(the credential as written, its secret part) for a self-naming kind."""
+    while True:
+        planted = plant(kind, rng)
+        if kind in ("jwt", "iris_proxy_url", "slack_webhook"):
+            return planted.text, planted.secret
+        if planted.secret in planted.text and planted.secret.startswith(("sk-", "wandb", "AK", "AS", "hf", "api",
+                                                                       "gh", "github", "AI", "xo")):
+            return planted.secret, planted.secret
+
+
 def rebuilt(text: str) -> str:
     """What is left once markers go and line breaks, continuation backslashes, escaped `\\n`,
     indentation and prompts are deleted: a reader putting the pieces back together."""
@@ -75,7 +86,7 @@ def test_an_aws_key_id_cut_by_a_line_break_before_another_line(tmp_path: Path) -
 @pytest.mark.parametrize("kind", ["openai_api_key", "huggingface_token", "github_token", "slack_token",
                                   "google_api_key", "jwt", "aws_access_key_id"])
 def test_a_token_continued_with_a_trailing_backslash(tmp_path: Path, kind: str) -> None:
-    secret = plant(kind, random.Random(2)).secret
+    secret = credential(kind, random.Random(2))[0]
     cut = len(secret) // 2
     root = tmp_path / "run"
     root.mkdir()
@@ -108,8 +119,8 @@ def test_a_pem_key_one_line_per_row_of_a_parquet_column(tmp_path: Path) -> None:
 @pytest.mark.parametrize("width", [80, 120, 200])
 @pytest.mark.parametrize("kind", ["openai_api_key", "anthropic_api_key", "github_token", "wandb_api_key", "jwt"])
 def test_a_terminal_capture_wraps_at_its_width(tmp_path: Path, width: int, kind: str) -> None:
-    secret = plant(kind, random.Random(width)).secret
-    line = f"user@box:~/run$ export API_KEY={secret} && python train.py --steps 100"
+    written, secret = credential(kind, random.Random(width))
+    line = f"user@box:~/run$ export API_KEY={written} && python train.py --steps 100"
     pane = "\n".join(line[i:i + width] for i in range(0, len(line), width))
     padded = "\n".join(row.ljust(width) for row in pane.split("\n"))  # tmux pads rows with spaces
     root = tmp_path / "run"
@@ -143,7 +154,7 @@ def test_a_wrap_inside_a_json_string_and_consecutive_jsonl_records(tmp_path: Pat
 def test_every_engine_joins_the_same(engine: str) -> None:
     key = plant("aws_access_key_id", random.Random(5)).secret
     token = plant("huggingface_token", random.Random(5)).secret
-    text = (f"INFO key {key[:10]}\n{key[10:]}\nINFO done\necho h\\\n{token[1:]}\n"
+    text = (f"INFO key {key[:10]}\n{key[10:]}\nINFO done\necho {token[0]}\\\n{token[1:]}\n"
             f"slack xoxb-none\nbye\n" + json.dumps({"c": f"x {token[:20]}"}) + "\n" + json.dumps({"c": token[20:]}) + "\n")
     redacted, found = Redactor(engine=engine).redact_text(text)
     assert longest_left(key, redacted) < 8 and longest_left(token, redacted) < 8, redacted
