@@ -137,7 +137,12 @@ class Redactor:
                     continue
                 spans.append(Span(start + begin, start + end, probe.priority, rule.kind))
         if candidates.joins:
-            spans += self._joined(hay, candidates.joins, first, last, start)
+            joined = self._joined(hay, candidates.joins, first, last, start)
+            # a plain match inside a joined one (a PEM block over JSONL records, JSON and all)
+            # gives way to its pieces, so the text between them stays
+            spans = [span for span in spans
+                     if not any(low <= span.start and span.end <= high for low, high, _ in joined)]
+            spans += [piece for _, _, pieces in joined for piece in pieces]
         hits: list[tuple[int, bytes]] = []
         for literal in candidates.literals:
             trigger = literal in self._triggers
@@ -171,10 +176,13 @@ class Redactor:
         finally:
             self._depth -= 1
 
-    def _joined(self, hay: bytes | bytearray, ends: list[int], first: int, last: int, start: int) -> list[Span]:
-        """A self-naming credential a writer broke (joins.py): one span per piece, for matches
-        whose first piece starts in [first, last)."""
-        spans: list[Span] = []
+    def _joined(self, hay: bytes | bytearray, ends: list[int], first: int, last: int, start: int
+                ) -> list[tuple[int, int, list[Span]]]:
+        """A self-naming credential a writer broke (joins.py): (where the match starts and ends,
+        one span per piece), for matches whose first piece starts in [first, last). Where two
+        views match at one place (the text, and a JSON field across records), the one that
+        takes less wins: the JSON between records is no part of the secret."""
+        best: dict[tuple[int, str], tuple[int, list[tuple[int, int]], Probe]] = {}
         for view in joined_views(hay, ends):
             joins = set(view.joins)
             fresh = {join for join in view.joins
@@ -184,14 +192,17 @@ class Redactor:
                 while position >= 0:
                     rule = probe.rule
                     if position in joins or left_boundary_ok(view.text, position, rule.left):
-                        found = joined_match(probe.regex, view, position, rule.group, rule.accept, fresh)
+                        found = joined_match(probe.regex, view, position, rule.group, rule.accept, fresh, rule.closed)
                         if found is not None:
                             pieces = list(view.pieces(*found))
-                            if first <= pieces[0][0] < last:
-                                spans += [Span(start + low, start + high, probe.priority, rule.kind)
-                                          for low, high in pieces]
+                            taken = sum(high - low for low, high in pieces)
+                            key = (pieces[0][0], rule.kind)
+                            if first <= pieces[0][0] < last and (key not in best or taken < best[key][0]):
+                                best[key] = (taken, pieces, probe)
                     position = view.text.find(probe.needle, position + 1)
-        return spans
+        return [(start + pieces[0][0], start + pieces[-1][1],
+                 [Span(start + low, start + high, probe.priority, probe.rule.kind) for low, high in pieces])
+                for _, pieces, probe in best.values()]
 
     def _redact_region(self, window: bytes | bytearray, lo: int, cut: int, first_line: int
                        ) -> tuple[memoryview | None, int, list[tuple[int, str]], tuple[int, int]]:

@@ -33,9 +33,9 @@ _CONTINUED = re.compile(rb"\\(?:\\\\)?(?:\r\n|\n|\r|\\[nr])")  # a backslash say
 # Prefilter patterns (valid for re, RE2 and Hyperscan). A prefix whose token runs to a break (a
 # raw or escaped line end, or the end of a JSON record's line); and a prefix cut by a break.
 _TAIL = rb"[A-Za-z0-9_.+/=-]*"
-_TAIL_BREAK = rb'(?:[ \t]*(?:\\?[\r\n]|(?:\\\\)?\\[nr])|"[^\n]*\n)'
-_CUT = (rb'(?:[ \t]*(?:\\?(?:\r\n|\n|\r)|(?:\\\\)?(?:\\r\\n|\\n|\\r))' + _LINE_START
-        + rb'|"[^\n]*\n[^\n]*")')
+# Each break form is a pattern of its own: Hyperscan missed matches of one alternation of both.
+_TAIL_BREAKS = (rb"[ \t]*(?:\\?[\r\n]|(?:\\\\)?\\[nr])", rb'"[^\n]*\n')
+_CUTS = (rb"[ \t]*(?:\\?(?:\r\n|\n|\r)|(?:\\\\)?(?:\\r\\n|\\n|\\r))" + _LINE_START, rb'"[^\n]*\n[^\n]*"')
 JOIN_BACK = 2048  # a trigger's prefix lies this far before its end at most (a token, or a JSON record's rest)
 JOIN_AHEAD = 12 << 10  # the joined view reaches this far past it (a PEM block with its header cut)
 MAX_JOINS = 400  # breaks one match may cross (a PEM body at a narrow width)
@@ -53,8 +53,8 @@ def trigger_patterns(needles: Iterable[bytes]) -> list[bytes]:
     patterns: list[bytes] = []
     for needle in sorted(set(needles)):
         tail = rb"[ A-Z0-9_-]*" if needle.startswith(b"-----") else _TAIL
-        patterns.append(_escape(needle) + tail + _TAIL_BREAK)
-        patterns += [_escape(needle[:cut]) + _CUT + _escape(needle[cut:]) for cut in range(1, len(needle))]
+        patterns += [_escape(needle) + tail + brk for brk in _TAIL_BREAKS]
+        patterns += [_escape(needle[:cut]) + form + _escape(needle[cut:]) for cut in range(1, len(needle)) for form in _CUTS]
     return patterns
 
 
@@ -169,7 +169,8 @@ def token_like(text: bytes, begin: int, end: int, joins: Sequence[int]) -> bool:
 
 
 def joined_match(regex: re.Pattern[bytes], view: View, position: int, group: int,
-                 accept: Callable[[bytes], bool] | None, fresh: Container[int]) -> tuple[int, int] | None:
+                 accept: Callable[[bytes], bool] | None, fresh: Container[int], closed: bool = False
+                 ) -> tuple[int, int] | None:
     """(start, end) in the view's text of the match at `position` (its group), carried across
     joins as far as it stays a token and no other credential starts at one (`fresh`: the joins
     where a prefix begins); None when no match crosses a join."""
@@ -179,7 +180,8 @@ def joined_match(regex: re.Pattern[bytes], view: View, position: int, group: int
     limits = view.joins[first_join:first_join + MAX_JOINS]
     best: tuple[int, int] | None = None
     best_end = position
-    for limit in [*limits, len(text)]:
+    whole = regex.match(text, position) if closed else None
+    for limit in [] if whole is not None else [*limits, len(text)]:
         match = regex.match(text, position, limit)
         if match is None or match.end() <= best_end:
             continue
@@ -192,9 +194,11 @@ def joined_match(regex: re.Pattern[bytes], view: View, position: int, group: int
                     any(j in view.continued for j in crossed) or token_like(text, best_end, match.end(), joins)):
                 break
         best, best_end = span, match.end()
+    if whole is not None:
+        best, best_end = whole.span(group), whole.end()
     if best is None:
         return None
-    inside = bisect.bisect_right(view.joins, best[0])
-    if inside >= len(view.joins) or view.joins[inside] >= best[1]:
-        return None  # no break inside: the plain pass finds it
+    inside = bisect.bisect_right(view.joins, position)
+    if inside >= len(view.joins) or view.joins[inside] >= best_end:
+        return None  # no break inside the match: the plain pass finds it
     return best

@@ -32,6 +32,7 @@ class Rule:
     # with the line breaks a writer put into it taken out (joins.py). A keyword-led value is not:
     # where it ends at a line break cannot be told from the words of the next line.
     joinable: bool = False
+    closed: bool = False  # the match ends with a marker of its own (a PEM footer): taken whole across breaks
 
     @property
     def pattern(self) -> str:
@@ -51,14 +52,16 @@ RULES: tuple[Rule, ...] = (
     Rule(
         kind="pem_private_key",
         prefixes=("-----BEGIN",),
-        body=(r"[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----"
-              r"(?:[\s\S]{0,16384}?-----END[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----"
+        # `PRIVATE ?KEY`: a header wrapped at its space loses the space in the joined view
+        body=(r"[ A-Z0-9_-]{0,100}PRIVATE ?KEY(?: BLOCK)?-----"
+              r"(?:[\s\S]{0,16384}?-----END[ A-Z0-9_-]{0,100}PRIVATE ?KEY(?: BLOCK)?-----"
               r"|(?:[A-Za-z0-9+/=\s]|\\[nr]){0,16384})"),
         group=0,
         positive=json.dumps({"tls_key": samples.PEM}),
         secret=samples.PEM_LINES[2],
         negative=samples.CERT,
-        hint=r"[ A-Z0-9_-]*PRIVATE KEY",
+        hint=r"[ A-Z0-9_-]*PRIVATE ?KEY",
+        closed=True,
         joinable=True,
     ),
     Rule(
