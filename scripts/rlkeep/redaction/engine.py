@@ -65,6 +65,7 @@ class Redactor:
             for priority, rule in enumerate(RULES) for needle in rule.prefixes
         )
         self._joinable = tuple(probe for probe in self._probes if probe.rule.joinable)
+        self._joinable_prefixes = tuple(probe.needle for probe in self._joinable)
         self._literals = _literal_forms(literals)
         self._triggers = frozenset(TRIGGERS) - frozenset(self._literals)
         self._depth = 0  # decoding inside a decoded token goes MAX_DECODE_DEPTH levels deep
@@ -138,11 +139,14 @@ class Redactor:
                 spans.append(Span(start + begin, start + end, probe.priority, rule.kind))
         if candidates.joins:
             joined = self._joined(hay, candidates.joins, first, last, start)
-            # a plain match inside a joined one (a PEM block over JSONL records, JSON and all)
-            # gives way to its pieces, so the text between them stays
+            # A plain match over JSON records (a PEM block, JSON and all) gives way to the pieces
+            # in one field's values, so the JSON between them stays; a plain match that covers
+            # a joined one in plain text stands (one marker, its line breaks kept).
             spans = [span for span in spans
-                     if not any(low <= span.start and span.end <= high for low, high, _ in joined)]
-            spans += [piece for _, _, pieces in joined for piece in pieces]
+                     if not any(records and low <= span.start and span.end <= high for low, high, records, _ in joined)]
+            spans += [piece for low, high, records, pieces in joined
+                      if records or not any(span.start <= low and high <= span.end for span in spans)
+                      for piece in pieces]
         hits: list[tuple[int, bytes]] = []
         for literal in candidates.literals:
             trigger = literal in self._triggers
@@ -177,32 +181,32 @@ class Redactor:
             self._depth -= 1
 
     def _joined(self, hay: bytes | bytearray, ends: list[int], first: int, last: int, start: int
-                ) -> list[tuple[int, int, list[Span]]]:
+                ) -> list[tuple[int, int, bool, list[Span]]]:
         """A self-naming credential a writer broke (joins.py): (where the match starts and ends,
-        one span per piece), for matches whose first piece starts in [first, last). Where two
+        whether it joined JSON records, one span per piece), for matches whose first piece
+        starts in [first, last). Where two
         views match at one place (the text, and a JSON field across records), the one that
         takes less wins: the JSON between records is no part of the secret."""
-        best: dict[tuple[int, str], tuple[int, list[tuple[int, int]], Probe]] = {}
-        for view in joined_views(hay, ends):
+        best: dict[tuple[int, str], tuple[int, list[tuple[int, int]], Probe, bool]] = {}
+        for view in joined_views(hay, ends, self._joinable_prefixes):
             joins = set(view.joins)
-            fresh = {join for join in view.joins
-                     if any(view.text.startswith(probe.needle, join) for probe in self._joinable)}
             for probe in self._joinable:
                 position = view.text.find(probe.needle)
                 while position >= 0:
                     rule = probe.rule
                     if position in joins or left_boundary_ok(view.text, position, rule.left):
-                        found = joined_match(probe.regex, view, position, rule.group, rule.accept, fresh, rule.closed)
+                        found = joined_match(probe.regex, view, position, rule.group, rule.accept, self._joinable_prefixes,
+                                                   rule.closed)
                         if found is not None:
                             pieces = list(view.pieces(*found))
                             taken = sum(high - low for low, high in pieces)
                             key = (pieces[0][0], rule.kind)
                             if first <= pieces[0][0] < last and (key not in best or taken < best[key][0]):
-                                best[key] = (taken, pieces, probe)
+                                best[key] = (taken, pieces, probe, view.records)
                     position = view.text.find(probe.needle, position + 1)
-        return [(start + pieces[0][0], start + pieces[-1][1],
+        return [(start + pieces[0][0], start + pieces[-1][1], records,
                  [Span(start + low, start + high, probe.priority, probe.rule.kind) for low, high in pieces])
-                for _, pieces, probe in best.values()]
+                for _, pieces, probe, records in best.values()]
 
     def _redact_region(self, window: bytes | bytearray, lo: int, cut: int, first_line: int
                        ) -> tuple[memoryview | None, int, list[tuple[int, str]], tuple[int, int]]:

@@ -1,5 +1,5 @@
-"""Encoded forms of a secret: percent-encoded (`%2F`), JSON-escaped (`\\u002f`, `\\/`), base64, and a
-token split by a line wrap (a terminal's hard wrap, kept as `\\n` inside a JSON string).
+"""Encoded forms of a secret: percent-encoded (`%2F`), JSON-escaped (`\\u002f`, `\\/`) and base64
+(a secret a writer broke across lines: joins.py).
 
 Each form has triggers, literals the prefilter finds in the same pass as the rules' prefixes, so
 text without any costs nothing more. Where a trigger occurs, the token around it (up to the next

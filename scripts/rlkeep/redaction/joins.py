@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import bisect
 import re
-from dataclasses import dataclass
-from typing import Callable, Container, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 # A line break as writers leave one inside a token, and what a terminal puts at the next line start.
 _BREAK = rb"(?:\\?(?:\r\n|\n|\r)|(?:\\\\)?(?:\\r\\n|\\n|\\r))"
@@ -33,11 +33,14 @@ _CONTINUED = re.compile(rb"\\(?:\\\\)?(?:\r\n|\n|\r|\\[nr])")  # a backslash say
 # Prefilter patterns (valid for re, RE2 and Hyperscan). A prefix whose token runs to a break (a
 # raw or escaped line end, or the end of a JSON record's line); and a prefix cut by a break.
 _TAIL = rb"[A-Za-z0-9_.+/=-]*"
-# Each break form is a pattern of its own: Hyperscan missed matches of one alternation of both.
+# Each break form is a pattern of its own, and a prefix cut by a break is spelled out with each
+# break literally: a pattern with a fixed stretch of two or more bytes is what Hyperscan scans
+# fast. (An alternation of the break forms missed matches there, and ran three times slower.)
 _TAIL_BREAKS = (rb"[ \t]*(?:\\?[\r\n]|(?:\\\\)?\\[nr])", rb'"[^\n]*\n')
-_CUTS = (rb"[ \t]*(?:\\?(?:\r\n|\n|\r)|(?:\\\\)?(?:\\r\\n|\\n|\\r))" + _LINE_START, rb'"[^\n]*\n[^\n]*"')
-JOIN_BACK = 2048  # a trigger's prefix lies this far before its end at most (a token, or a JSON record's rest)
-JOIN_AHEAD = 12 << 10  # the joined view reaches this far past it (a PEM block with its header cut)
+_CUT_BREAKS = (b"\n", b"\r\n", b"\r", b"\\\n", b"\\\r\n", b"\\n", b"\\r\\n", b"\\\\\\n")
+JOIN_BACK = 1024  # a trigger's prefix lies this far before its end at most (a token, or a JSON record's rest)
+JOIN_AHEAD = 2048  # the joined view reaches this far past it (the longest token, wrapped at 20 columns)
+PEM_AHEAD = 6 << 10  # or this far where a PEM header is near (the block of an RSA-4096 key, wrapped narrow)
 MAX_JOINS = 400  # breaks one match may cross (a PEM body at a narrow width)
 _TOKEN_LIKE = (re.compile(rb"[0-9]"), re.compile(rb"[A-Z]"), re.compile(rb"[a-z]"))
 _TOKEN_END = frozenset(b" \t\r\n\"'`;,)]}>/?&#@:")  # where a wrapped token's last piece may stop
@@ -49,13 +52,53 @@ def _escape(literal: bytes) -> bytes:
 
 
 def trigger_patterns(needles: Iterable[bytes]) -> list[bytes]:
-    """For each joinable prefix: the prefix, its token and a break; and the prefix cut at each place."""
+    """For each joinable prefix: the prefix, its token and a break; and the prefix cut at each place
+    by each break (Hyperscan: each pattern has a fixed stretch to look for)."""
     patterns: list[bytes] = []
     for needle in sorted(set(needles)):
-        tail = rb"[ A-Z0-9_-]*" if needle.startswith(b"-----") else _TAIL
-        patterns += [_escape(needle) + tail + brk for brk in _TAIL_BREAKS]
-        patterns += [_escape(needle[:cut]) + form + _escape(needle[cut:]) for cut in range(1, len(needle)) for form in _CUTS]
+        patterns += [_escape(needle) + _tail(needle) + brk for brk in _TAIL_BREAKS]
+        patterns += [_escape(needle[:cut] + brk) + _LINE_START + _escape(needle[cut:])
+                     for cut in range(1, len(needle)) for brk in _CUT_BREAKS]
     return patterns
+
+
+def _tail(needle: bytes) -> bytes:
+    return rb"[ A-Z0-9_-]*" if needle.startswith(b"-----") else _TAIL
+
+
+class TriggerFinder:
+    """The same triggers for engines without a multi-pattern scan (re, RE2): each tail pattern
+    only where its prefix occurs, and one pass over the line breaks for a prefix cut by one (the
+    rest of a prefix after a break, then the piece before the break checked in place)."""
+
+    def __init__(self, needles: Iterable[bytes], compile_: Callable[[bytes], Any]) -> None:
+        self._tails = [(needle, compile_(_escape(needle) + _tail(needle) + b"(?:" + b"|".join(_TAIL_BREAKS) + b")"))
+                       for needle in sorted(set(needles))]
+        self._rights: dict[int, list[tuple[bytes, tuple[bytes, ...]]]] = {}
+        pairs: dict[bytes, set[bytes]] = {}
+        for needle in set(needles):
+            for cut in range(1, len(needle)):
+                pairs.setdefault(needle[cut:], set()).add(needle[:cut])
+        for right, lefts in pairs.items():
+            self._rights.setdefault(right[0], []).append((right, tuple(lefts)))
+        first_bytes = b"[" + b"".join(_escape(bytes([byte])) for byte in sorted(self._rights)) + b"]"
+        # one pattern per break form, each starting with a literal byte: `re` skips to it fast
+        self._cuts = [compile_(brk + _LINE_START + first_bytes) for brk in (rb"\n", rb"\r\n?", rb"\\[nr](?:\\n)?")]
+
+    def ends(self, hay: bytes | bytearray) -> list[int]:
+        ends = [match.end() for needle, regex in self._tails if needle in hay for match in regex.finditer(hay)]
+        for cuts in self._cuts:
+            for match in cuts.finditer(hay):
+                at = match.end() - 1
+                # where the piece before the break may end: before a `\r`, then a backslash (raw or JSON-escaped)
+                before = [match.start()] + ([match.start() - 1] if hay.endswith(b"\r", 0, match.start()) else [])
+                before += [end - len(slash) for end in list(before) for slash in (b"\\", b"\\\\")
+                           if hay.endswith(slash, 0, end)]
+                for right, lefts in self._rights[hay[at]]:
+                    if hay.startswith(right, at) and any(hay.endswith(left, 0, end) for left in lefts for end in before):
+                        ends.append(at + len(right))
+                        break
+        return ends
 
 
 @dataclass
@@ -68,6 +111,8 @@ class View:
     origins: list[int]  # where it began in `hay`
     joins: list[int]
     continued: set[int]  # joins the writer marked with a backslash
+    records: bool = False  # one JSON field across records: what lies between the pieces is JSON
+    restarts: set[int] = field(default_factory=set)  # joins after which a line begins as the one before did
 
     def pieces(self, begin: int, end: int) -> Iterator[tuple[int, int]]:
         """text[begin:end] as runs of contiguous bytes of `hay`."""
@@ -82,13 +127,14 @@ class View:
             index += 1
 
 
-def _build(hay: bytes | bytearray, stretches: Sequence[tuple[int, int]]) -> View:
+def _build(hay: bytes | bytearray, stretches: Sequence[tuple[int, int]], records: bool = False) -> View:
     """The stretches end to end (a join between two), each with its separators taken out."""
     parts: list[bytes] = []
     starts: list[int] = []
     origins: list[int] = []
     joins: list[int] = []
     continued: set[int] = set()
+    restarts: set[int] = set()
     length = 0
     for number, (low, high) in enumerate(stretches):
         if number and length:
@@ -102,21 +148,36 @@ def _build(hay: bytes | bytearray, stretches: Sequence[tuple[int, int]]) -> View
                 length += separator.start() - position
             if not joins or joins[-1] != length:
                 joins.append(length)
-            if _CONTINUED.search(hay, separator.start(), separator.end()):
+            if hay.find(b"\\", separator.start(), separator.end()) >= 0 and _CONTINUED.search(
+                    hay, separator.start(), separator.end()):
                 continued.add(length)
+            if _restarts(hay, separator.start(), separator.end()):
+                restarts.add(length)
             position = separator.end()
         if high > position:
             parts.append(bytes(hay[position:high]))
             starts.append(length)
             origins.append(position)
             length += high - position
-    return View(b"".join(parts), starts, origins, joins, continued)
+    return View(b"".join(parts), starts, origins, joins, continued, records, restarts)
 
 
-def _records(hay: bytes | bytearray, low: int, high: int) -> list[View]:
-    """For JSON-lines text: one view per field name, its string values in consecutive records end to end."""
+def _restarts(hay: bytes | bytearray, start: int, end: int) -> bool:
+    """The line after this break begins with the same 8 bytes as the line before it (a log's
+    timestamp, a record's first field): a new entry, not the rest of a wrapped one."""
+    newline = hay.rfind(b"\n", start, end)
+    if newline < 0:
+        return False
+    before = hay.rfind(b"\n", 0, start) + 1
+    head = hay[before:before + 8]
+    return len(head) == 8 and hay.startswith(head, newline + 1)
+
+
+def _records(hay: bytes | bytearray, low: int, high: int, needles: Sequence[bytes]) -> list[View]:
+    """For JSON-lines text: one view per field name, its string values in consecutive records end
+    to end, where they hold one of `needles` once put together."""
     views: list[View] = []
-    line_start = hay.rfind(b"\n", 0, low) + 1
+    line_start = max(hay.rfind(b"\n", 0, low) + 1, low - JOIN_BACK)  # a long record: its end is enough
     runs: dict[bytes, list[tuple[int, int]]] = {}
     last_line: dict[bytes, int] = {}
     number = 0
@@ -127,7 +188,7 @@ def _records(hay: bytes | bytearray, low: int, high: int) -> list[View]:
             for field in _RECORD_FIELD.finditer(hay, line_start, line_end):
                 name = field.group(1)
                 if last_line.get(name, -2) != number - 1 and len(runs.get(name, ())) > 1:
-                    views.append(_build(hay, runs[name]))
+                    views += _holding(hay, runs[name], needles)
                 if last_line.get(name, -2) != number - 1:
                     runs[name] = []
                 if last_line.get(name) != number:
@@ -135,16 +196,25 @@ def _records(hay: bytes | bytearray, low: int, high: int) -> list[View]:
                 last_line[name] = number
         number += 1
         line_start = line_end + 1
-    views += [_build(hay, run) for run in runs.values() if len(run) > 1]
+    for run in runs.values():
+        if len(run) > 1:
+            views += _holding(hay, run, needles)
     return views
 
 
-def joined_views(hay: bytes | bytearray, ends: Iterable[int]) -> list[View]:
+def _holding(hay: bytes | bytearray, run: list[tuple[int, int]], needles: Sequence[bytes]) -> list[View]:
+    joined = b"".join(hay[low:high] for low, high in run)
+    return [_build(hay, run, records=True)] if any(needle in joined for needle in needles) else []
+
+
+def joined_views(hay: bytes | bytearray, ends: Iterable[int], needles: Sequence[bytes]) -> list[View]:
     """The joined views around trigger ends: the text with its breaks taken out, and, in JSON
-    lines, each field across consecutive records."""
+    lines, each field across consecutive records that holds one of `needles`."""
     regions: list[list[int]] = []
     for end in sorted(ends):
-        low, high = max(0, end - JOIN_BACK), min(len(hay), end + JOIN_AHEAD)
+        low = max(0, end - JOIN_BACK)
+        ahead = PEM_AHEAD if hay.find(b"-----BEGIN", low, end + 16) >= 0 else JOIN_AHEAD
+        high = min(len(hay), end + ahead)
         if regions and low <= regions[-1][1]:
             regions[-1][1] = max(regions[-1][1], high)
         else:
@@ -154,7 +224,7 @@ def joined_views(hay: bytes | bytearray, ends: Iterable[int]) -> list[View]:
         low = hay.rfind(b"\n", max(0, low - 256), low) + 1 or low  # from a line start, where one is near
         views.append(_build(hay, [(low, high)]))
         if b'":' in hay[low:high] or b'": ' in hay[low:high]:
-            views += _records(hay, low, high)
+            views += _records(hay, low, high, needles)
     return views
 
 
@@ -169,11 +239,11 @@ def token_like(text: bytes, begin: int, end: int, joins: Sequence[int]) -> bool:
 
 
 def joined_match(regex: re.Pattern[bytes], view: View, position: int, group: int,
-                 accept: Callable[[bytes], bool] | None, fresh: Container[int], closed: bool = False
+                 accept: Callable[[bytes], bool] | None, prefixes: tuple[bytes, ...], closed: bool = False
                  ) -> tuple[int, int] | None:
     """(start, end) in the view's text of the match at `position` (its group), carried across
-    joins as far as it stays a token and no other credential starts at one (`fresh`: the joins
-    where a prefix begins); None when no match crosses a join."""
+    joins as far as it stays a token and no other credential (one of `prefixes`) starts at one;
+    None when no match crosses a join."""
     text = view.text
     joins = set(view.joins)
     first_join = bisect.bisect_right(view.joins, position)
@@ -190,7 +260,7 @@ def joined_match(regex: re.Pattern[bytes], view: View, position: int, group: int
             continue
         if best is not None:
             crossed = view.joins[bisect.bisect_right(view.joins, best_end - 1):bisect.bisect_left(view.joins, match.end())]
-            if any(j in fresh for j in crossed) or not (
+            if any(text.startswith(prefixes, j) or j in view.restarts for j in crossed) or not (
                     any(j in view.continued for j in crossed) or token_like(text, best_end, match.end(), joins)):
                 break
         best, best_end = span, match.end()
