@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 # A line break as writers leave one inside a token, and what a terminal puts at the next line start.
-_BREAK = rb"(?:\\?(?:\r\n|\n|\r)|(?:\\\\)?(?:\\r\\n|\\n|\\r))"
 _LINE_START = rb"[ \t]*(?:(?:>>>|\.\.\.|[$#%>])[ \t]+)?"
-SEPARATOR = re.compile(rb"[ \t]*" + _BREAK + _LINE_START)
+# Each branch starts with a literal byte, so `re` skips to the next break fast; the spaces before
+# a break are taken with it in _build.
+SEPARATOR = re.compile(rb"(?:\\\r\n|\\\n|\\\r|\r\n|\n|\r|\\\\\\r\\n|\\\\\\n|\\\\\\r|\\r\\n|\\n|\\r)" + _LINE_START)
 _CONTINUED = re.compile(rb"\\(?:\\\\)?(?:\r\n|\n|\r|\\[nr])")  # a backslash says the line goes on
 
 # Prefilter patterns (valid for re, RE2 and Hyperscan). A prefix whose token runs to a break (a
@@ -141,17 +142,19 @@ def _build(hay: bytes | bytearray, stretches: Sequence[tuple[int, int]], records
             joins.append(length)
         position = low
         for separator in SEPARATOR.finditer(hay, low, high):
-            if separator.start() > position:
-                parts.append(bytes(hay[position:separator.start()]))
+            begin = separator.start()
+            while begin > position and hay[begin - 1] in b" \t":  # a terminal row's padding
+                begin -= 1
+            if begin > position:
+                parts.append(bytes(hay[position:begin]))
                 starts.append(length)
                 origins.append(position)
-                length += separator.start() - position
+                length += begin - position
             if not joins or joins[-1] != length:
                 joins.append(length)
-            if hay.find(b"\\", separator.start(), separator.end()) >= 0 and _CONTINUED.search(
-                    hay, separator.start(), separator.end()):
+            if hay.find(b"\\", begin, separator.end()) >= 0 and _CONTINUED.search(hay, begin, separator.end()):
                 continued.add(length)
-            if _restarts(hay, separator.start(), separator.end()):
+            if _restarts(hay, begin, separator.end()):
                 restarts.add(length)
             position = separator.end()
         if high > position:
