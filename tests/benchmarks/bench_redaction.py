@@ -220,8 +220,9 @@ def _write_log(path: Path, root: Path, target: int, rng: random.Random, pool: li
             if planter.due(0):
                 kind, text, pieces = planter.take()
                 chunk = f"2025-06-12 12:00:00,000 INFO launcher: {text}\n"
-                planter.expected += [Expected(path.relative_to(root).as_posix(),
-                                              line_no + 1 + chunk[:chunk.index(piece)].count("\n"), kind, piece)
+                # a finding is on the line where its match (a broken secret's piece) starts
+                planter.expected += [Expected(path.relative_to(root).as_posix(), line_no + 1 + (
+                                         chunk[:chunk.index(piece)].count("\n") if len(pieces) > 1 else 0), kind, piece)
                                      for piece in pieces]
             elif rng.random() < 0.2:
                 chunk = (f"wandb: Syncing run {chars(rng, 8, string.ascii_lowercase + string.digits)} "
