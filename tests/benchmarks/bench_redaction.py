@@ -5,7 +5,9 @@
 Generates a tree of JSON-lines trainer metrics, a plain-text trainer log, Harbor-like trajectory
 files and a pretty-printed result.json (default 200 MB; --quick 10 MB), full of SHA-256 digests,
 git SHAs, uuids, token counts and URLs, with secrets of every kind planted about every 700 KB
-(plus one exact environment value that matches no pattern). Then, side by side:
+(plus one exact environment value that matches no pattern); every other round, the self-naming
+kinds are planted broken as a terminal, a shell or CRLF leaves them (each piece is an expected
+finding on its own line, and must be gone after redaction). Then, side by side:
 
 - rlkeep (`redact_tree(check=True)`, default engine) in a child process: MB/s, and the child's
   peak RSS (resource.getrusage(RUSAGE_CHILDREN).ru_maxrss);
@@ -57,6 +59,11 @@ TARGET_MB_PER_S = 400.0  # plain text, per core (issue 29)
 RUNBOOKS = Path(os.environ.get("RLKEEP_RUNBOOKS") or Path(__file__).resolve().parents[3] / "shared" / "runbooks")
 RUNBOOK_SCRIPT = "secret_redaction.py"  # `python -m infra.rl_cleanup.secret_redaction ROOT` in the runbook
 PLANT_EVERY_BYTES = 700_000
+# Kinds that name themselves, planted broken every other round: a terminal's wrap, a padded pane
+# row, a shell's backslash continuation (with and without its `> ` prompt), CRLF.
+BREAKABLE_KINDS = ("aws_access_key_id", "huggingface_token", "anthropic_api_key", "openai_api_key", "github_token",
+                   "google_api_key", "slack_token", "jwt", "iris_proxy_url")
+BREAKS = ("\n", "   \n", "\\\n", "\\\n> ", "\r\n")
 ENV_VALUE_SEED = 99
 
 
@@ -128,15 +135,21 @@ class _Planter:
         self.budget -= written
         return self.budget <= 0
 
-    def take(self) -> tuple[str, str, str]:
-        """(kind, text to plant, secret)."""
+    def take(self) -> tuple[str, str, list[str]]:
+        """(kind, text to plant, the secret or the pieces a writer broke it into)."""
         self.budget = int(self.every * self.rng.uniform(0.5, 1.5))
         kind = self.kinds[self.next_index % len(self.kinds)]
         self.next_index += 1
         if kind == ENVIRONMENT_KIND:
-            return kind, f"psql -h db.internal -U trainer -W {self.env_value} runs", self.env_value
+            return kind, f"psql -h db.internal -U trainer -W {self.env_value} runs", [self.env_value]
         planted = plant(kind, self.rng)
-        return kind, planted.text, planted.secret
+        if kind in BREAKABLE_KINDS and self.next_index % (2 * len(self.kinds)) >= len(self.kinds):
+            # every other round of kinds: the secret as a terminal, a shell or CRLF breaks it
+            form = BREAKS[(self.next_index // len(self.kinds)) % len(BREAKS)]
+            cut = planted.text.index(planted.secret) + len(planted.secret) // 2
+            half = len(planted.secret) // 2
+            return kind, planted.text[:cut] + form + planted.text[cut:], [planted.secret[:half], planted.secret[half:]]
+        return kind, planted.text, [planted.secret]
 
 
 def _metrics_record(rng: random.Random, step: int) -> dict:
@@ -194,7 +207,8 @@ def _write_jsonl(path: Path, root: Path, target: int, make, planter: _Planter) -
             written += len(line)
             planter.due(len(line))
             if planted:
-                planter.expected.append(Expected(path.relative_to(root).as_posix(), line_no, planted[0], planted[2]))
+                planter.expected += [Expected(path.relative_to(root).as_posix(), line_no, planted[0], piece)
+                                     for piece in planted[2]]
     return written
 
 
@@ -204,9 +218,12 @@ def _write_log(path: Path, root: Path, target: int, rng: random.Random, pool: li
     with open(path, "w", encoding="utf-8") as out:
         while written < target:
             if planter.due(0):
-                kind, text, secret = planter.take()
+                kind, text, pieces = planter.take()
                 chunk = f"2025-06-12 12:00:00,000 INFO launcher: {text}\n"
-                planter.expected.append(Expected(path.relative_to(root).as_posix(), line_no + 1, kind, secret))
+                # a finding is on the line where its match (a broken secret's piece) starts
+                planter.expected += [Expected(path.relative_to(root).as_posix(), line_no + 1 + (
+                                         chunk[:chunk.index(piece)].count("\n") if len(pieces) > 1 else 0), kind, piece)
+                                     for piece in pieces]
             elif rng.random() < 0.2:
                 chunk = (f"wandb: Syncing run {chars(rng, 8, string.ascii_lowercase + string.digits)} "
                          f"(step {rng.randint(0, 9999)}) to https://wandb.ai/org/skyrl\n")
@@ -237,9 +254,8 @@ def _write_pretty(path: Path, root: Path, target: int, rng: random.Random, pool:
             if planted:
                 escaped = json.dumps(planted[1])[1:-1]
                 offset = text.index(escaped)
-                planter.expected.append(Expected(path.relative_to(root).as_posix(),
-                                                 line_no + text.count("\n", 0, offset),
-                                                 planted[0], planted[2]))
+                planter.expected += [Expected(path.relative_to(root).as_posix(), line_no + text.count("\n", 0, offset),
+                                              planted[0], piece) for piece in planted[2]]
             out.write(text)
             line_no += text.count("\n")
             written += len(text)

@@ -19,13 +19,14 @@ never the value.
 
 Containers are read inside (gzip, bzip2, xz, zstd, tar, zip, parquet, arrow; nested, streamed,
 bombs refused) and rewritten with their members redacted; an encoded secret (percent, JSON
-escapes, base64, a line wrap inside a token) is found by decoding the token around a trigger.
+escapes, base64) is found by decoding the token around a trigger; a secret a writer broke
+(a terminal's wrap, a shell's backslash-newline, JSONL records, table rows) by joining the pieces.
 What can be neither read nor is of a kind that carries no text is listed as unreadable, and a
 check fails on it (fail closed).
 
 One module per job: common (shared sizes and the marker), filters (value filters), samples (the
 table's samples), rules (the table), spans (matching one window: probes, spans, markers), forms
-(encoded forms), prefilter (Hyperscan / RE2 / stdlib candidate search), engine (the Redactor),
+(encoded forms), joins (broken secrets), prefilter (Hyperscan / RE2 / stdlib candidate search), engine (the Redactor),
 rewrite (writing in place), filetypes (what a file is), streams (decompression with bounds,
 recompression), containers (tar, zip, nesting), columnar (parquet, arrow), walk (trees and
 tars) and cli. The public names are re-exported here.

@@ -6,20 +6,42 @@ A finding's member is `column <dotted path>` or `metadata <key>`; its line is th
 that column, counted over the whole file (1-based)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, BinaryIO, Callable
+from typing import TYPE_CHECKING, BinaryIO, Callable, Iterator, TypeVar
 
+import numpy
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from rlkeep.redaction.containers import member_path
+from rlkeep.redaction.spans import Span, merge_spans, replace_spans
 from rlkeep.redaction.streams import Refused
 
 if TYPE_CHECKING:
     from rlkeep.redaction.containers import Walker
 
+T = TypeVar("T")
 _STRINGS = (pa.types.is_string, pa.types.is_large_string)
+AHEAD_BYTES = 64 << 10  # how far into the batch before and after a secret in this one may reach
+
+
+def _filled(array: pa.Array) -> pa.Array:
+    return pc.fill_null(array.cast(pa.large_string()), "")
+
+
+def _head(array: pa.Array, reverse: bool = False) -> pa.Array:
+    """The first (last) cells of a batch, up to AHEAD_BYTES of text."""
+    filled = _filled(array)
+    lengths = pc.binary_length(filled).to_numpy(zero_copy_only=False) + 1
+    count = int(numpy.searchsorted(numpy.cumsum(lengths[::-1] if reverse else lengths), AHEAD_BYTES)) + 1
+    return filled.slice(max(0, len(filled) - count), count) if reverse else filled.slice(0, count)
+
+
+def _joined(filled: pa.Array) -> bytes:
+    """The cells, one per line."""
+    offsets = pa.array([0, len(filled)], pa.int64())
+    return pc.binary_join(pa.LargeListArray.from_arrays(offsets, filled), pa.scalar("\n", pa.large_string()))[0].as_buffer().to_pybytes()
 
 
 class _Cells:
@@ -28,29 +50,55 @@ class _Cells:
     def __init__(self, walker: Walker, where: str, rewrite: bool) -> None:
         self.walker, self.where, self.rewrite = walker, where, rewrite
         self.seen: dict[str, int] = {}
+        self.before: dict[str, pa.Array] = {}  # each string column's last cells before this batch, as read
 
-    def strings(self, array: pa.Array, column: str) -> pa.Array:
+    def strings(self, array: pa.Array, column: str, ahead: pa.Array | None = None) -> pa.Array:
+        """The column's cells as lines of one text, between the last cells of the batch before
+        and the first of the next (`ahead`): a secret a writer spread over consecutive rows (a
+        log table, one line per row) is found as a wrapped one is, and each row's piece goes,
+        whichever batch it is in."""
         first = self.seen.get(column, 0)
         self.seen[column] = first + len(array)
-        filled = pc.fill_null(array.cast(pa.large_string()), "")
-        joined = pc.binary_join(pa.LargeListArray.from_arrays(pa.array([0, len(filled)], pa.int64()), filled), pa.scalar("\n", pa.large_string()))
-        _, found = self.walker.redactor.redact_bytes(joined[0].as_buffer().to_pybytes())
-        if not found:  # the usual case: one pass over the column's text, nothing per cell
+        before = self.before.get(column)
+        self.before[column] = _head(array if before is None else pa.concat_arrays([before, _filled(array)]),
+                                    reverse=True)
+        parts = [before, _filled(array),
+                 _head(ahead) if ahead is not None and len(ahead) else None]
+        texts = [b"" if part is None else _joined(part) for part in parts]
+        context = len(texts[0]) + 1 if parts[0] is not None else 0
+        text = b"\n".join(texts[index] for index in range(3) if parts[index] is not None)
+        spans = [span for span in self.walker.redactor.spans(text, context + len(texts[1]))
+                 if span[1] > context]
+        if not spans:  # the usual case: one pass over the column's text, nothing per cell
             return array
+        pieces: dict[int, list[Span]] = {}
+        cell_start = context
+        for index, length in enumerate(pc.binary_length(parts[1]).to_numpy(zero_copy_only=False).tolist()):
+            cell_end = cell_start + length
+            for low, high, kind in spans:
+                if low < cell_end and high > cell_start:
+                    pieces.setdefault(index, []).append(
+                        Span(max(low, cell_start) - cell_start, min(high, cell_end) - cell_start, 0, kind))
+            cell_start = cell_end + 1
         values = array.to_pylist()
         where = member_path(self.where, f"column {column}")
         for index, value in enumerate(values):
             if value is None:
                 continue
-            redacted, cell = self.walker.redactor.redact_text(value)
+            marked = value.encode("utf-8", "surrogatepass")
+            found = merge_spans(pieces.get(index, []))
+            if found:
+                marked, _ = replace_spans(marked, found)
+                self.walker.findings += [(where, first + index + 1, kind) for kind in dict.fromkeys(s.kind for s in found)]
+            redacted, cell = self.walker.redactor.redact_bytes(marked)
             self.walker.findings += [(where, first + index + 1, rule) for _, rule in cell]
-            values[index] = redacted
+            values[index] = redacted.decode("utf-8", "surrogatepass")
         return pa.array(values, type=array.type) if self.rewrite else array
 
-    def array(self, array: pa.Array, column: str) -> pa.Array:
+    def array(self, array: pa.Array, column: str, ahead: pa.Array | None = None) -> pa.Array:
         kind = array.type
         if any(test(kind) for test in _STRINGS):
-            return self.strings(array, column)
+            return self.strings(array, column, ahead)
         if pa.types.is_dictionary(kind):
             return pa.DictionaryArray.from_arrays(array.indices, self.array(array.dictionary, column))
         if pa.types.is_list(kind) or pa.types.is_large_list(kind):
@@ -64,14 +112,16 @@ class _Cells:
             return pa.StructArray.from_arrays(fields, fields=list(kind), mask=array.is_null() if array.null_count else None)
         return array
 
-    def batch(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch | pa.Table:
+    def batch(self, batch: pa.RecordBatch | pa.Table,
+              following: pa.RecordBatch | pa.Table | None = None) -> pa.RecordBatch | pa.Table:
+        """One batch (a row group), with the next one to look ahead into."""
         columns = []
-        for name, column in zip(batch.schema.names, batch.columns):
-            if isinstance(column, pa.ChunkedArray):
-                column = pa.chunked_array([self.array(chunk, name) for chunk in column.chunks], column.type)
-            else:
-                column = self.array(column, name)
-            columns.append(column)
+        for number, (name, column) in enumerate(zip(batch.schema.names, batch.columns)):
+            chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+            ahead = [] if following is None else _chunks(following.column(number))
+            done = [self.array(chunk, name, (chunks + ahead)[index + 1] if index + 1 < len(chunks + ahead) else None)
+                    for index, chunk in enumerate(chunks)]
+            columns.append(pa.chunked_array(done, column.type) if isinstance(column, pa.ChunkedArray) else done[0])
         return type(batch).from_arrays(columns, schema=batch.schema)
 
     def metadata(self, metadata: dict[bytes, bytes] | None, scope: str) -> dict[bytes, bytes] | None:
@@ -90,6 +140,21 @@ class _Cells:
         fields = [field.with_metadata(self.metadata(field.metadata, f"{field.name}: ")) if field.metadata else field
                   for field in schema]
         return pa.schema(fields, metadata=self.metadata(schema.metadata, ""))
+
+
+def _chunks(column: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
+    return list(column.chunks) if isinstance(column, pa.ChunkedArray) else [column]
+
+
+def _with_next(items: Iterator[T]) -> Iterator[tuple[T, T | None]]:
+    """Each item with the one after it (None after the last)."""
+    previous: list[T] = []
+    for item in items:
+        if previous:
+            yield previous[0], item
+        previous = [item]
+    if previous:
+        yield previous[0], None
 
 
 def process_table(walker: Walker, what: str, stream: BinaryIO, where: str, out: BinaryIO | None) -> None:
@@ -112,8 +177,9 @@ def _parquet(cells: _Cells, stream: BinaryIO, out: BinaryIO | None) -> None:
         codec = source.metadata.row_group(0).column(0).compression.lower()
     writer = None if out is None else pq.ParquetWriter(out, schema, compression=codec)
     try:
-        for index in range(source.num_row_groups):
-            table = cells.batch(source.read_row_group(index))
+        groups = (source.read_row_group(index) for index in range(source.num_row_groups))
+        for group, following in _with_next(groups):
+            table = cells.batch(group, following)
             if writer is not None:
                 writer.write_table(pa.Table.from_arrays(table.columns, schema=schema),
                                    row_group_size=max(1, table.num_rows))
@@ -133,8 +199,8 @@ def _arrow(cells: _Cells, stream: BinaryIO, out: BinaryIO | None) -> None:
         else (lambda: iter(reader)))
     writer = None if out is None else (ipc.new_file if file_format else ipc.new_stream)(out, schema)
     try:
-        for batch in batches():  # type: ignore[attr-defined]
-            redacted = cells.batch(batch)
+        for batch, following in _with_next(batches()):  # type: ignore[arg-type]
+            redacted = cells.batch(batch, following)
             if writer is not None:
                 writer.write_batch(pa.RecordBatch.from_arrays(redacted.columns, schema=schema))
     finally:

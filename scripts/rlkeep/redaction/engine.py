@@ -13,7 +13,8 @@ from urllib.parse import quote, quote_plus
 from rlkeep.errors import RlkeepError
 from rlkeep.redaction.common import (CHUNK_SIZE, CONTEXT, ENVIRONMENT_KIND, MAX_MATCH_LENGTH,
                                      MIN_LITERAL_LENGTH, OVERLAP)
-from rlkeep.redaction.forms import TRIGGERS, encoded_spans, unwrapped
+from rlkeep.redaction.forms import TRIGGERS, encoded_spans
+from rlkeep.redaction.joins import joined_match, joined_views
 from rlkeep.redaction.prefilter import (HyperscanPrefilter, Prefilter, Re2Prefilter, StdlibPrefilter,
                                         available_engines)
 from rlkeep.redaction.rewrite import Sink
@@ -29,10 +30,7 @@ _TOKEN = re.compile(rb"[^ \t\r\n\"'<>`,;()\[\]{}|\\]*")
 
 def _probe(priority: float, rule: Rule, needle: bytes) -> Probe:
     pattern = re.escape(needle) + rule.body.encode()
-    # a token-shaped rule (a fixed prefix, a word boundary, the whole match) is looked for across line wraps too
-    wrappable = rule.left == "word" and not rule.lowercase and rule.group == 0
-    return Probe(priority, rule, needle, re.compile(pattern), re.compile(pattern, re.IGNORECASE) if rule.lowercase else None,
-                 wrappable)
+    return Probe(priority, rule, needle, re.compile(pattern), re.compile(pattern, re.IGNORECASE) if rule.lowercase else None)
 
 
 def _literal_forms(values: Iterable[str]) -> tuple[bytes, ...]:
@@ -66,6 +64,8 @@ class Redactor:
             _probe(float(priority), rule, needle.encode())
             for priority, rule in enumerate(RULES) for needle in rule.prefixes
         )
+        self._joinable = tuple(probe for probe in self._probes if probe.rule.joinable)
+        self._joinable_prefixes = tuple(probe.needle for probe in self._joinable)
         self._literals = _literal_forms(literals)
         self._triggers = frozenset(TRIGGERS) - frozenset(self._literals)
         self._depth = 0  # decoding inside a decoded token goes MAX_DECODE_DEPTH levels deep
@@ -85,6 +85,12 @@ class Redactor:
 
     def find_in_text(self, text: str) -> list[tuple[int, str]]:
         return self.redact_text(text)[1]
+
+    def spans(self, data: bytes, end: int | None = None) -> list[tuple[int, int, str]]:
+        """(start, end, kind) of what the first round would redact in `data`, for matches that
+        start before `end` (not settled: a caller redacting parts of it scans each part again)."""
+        return [(span.start, span.end, span.kind)
+                for span in self._find_spans(data, 0, len(data) if end is None else end)]
 
     def redact_bytes(self, data: bytes) -> tuple[bytes, list[tuple[int, str]]]:
         out, _, findings, _ = self._redact_region(data, 0, len(data), 1)
@@ -131,8 +137,16 @@ class Redactor:
                 if rule.accept is not None and not rule.accept(hay[begin:end]):
                     continue
                 spans.append(Span(start + begin, start + end, probe.priority, rule.kind))
-            if probe.wrappable:
-                spans += self._wrapped(probe, hay, positions, first, last, start)
+        if candidates.joins:
+            joined = self._joined(hay, candidates.joins, first, last, start)
+            # A plain match over JSON records (a PEM block, JSON and all) gives way to the pieces
+            # in one field's values, so the JSON between them stays; a plain match that covers
+            # a joined one in plain text stands (one marker, its line breaks kept).
+            spans = [span for span in spans
+                     if not any(records and low <= span.start and span.end <= high for low, high, records, _ in joined)]
+            spans += [piece for low, high, records, pieces in joined
+                      if records or not any(span.start <= low and high <= span.end for span in spans)
+                      for piece in pieces]
         hits: list[tuple[int, bytes]] = []
         for literal in candidates.literals:
             trigger = literal in self._triggers
@@ -166,35 +180,33 @@ class Redactor:
         finally:
             self._depth -= 1
 
-    def _wrapped(self, probe: Probe, hay: bytes | bytearray, positions: list[int] | None, first: int, last: int,
-                 start: int) -> list[Span]:
-        """A token split by a line wrap (raw, or `\\n` in a JSON string): matched with the wrap taken out."""
-        spans: list[Span] = []
-        if positions is None:
-            positions = []
-            position = hay.find(probe.needle, first, last)
-            while position >= 0:
-                positions.append(position)
-                position = hay.find(probe.needle, position + 1, last)
-        for position in positions:
-            if not first <= position < last or not left_boundary_ok(hay, position, probe.rule.left):
-                continue
-            token_end = _TOKEN.match(hay, position).end()  # type: ignore[union-attr]
-            if hay[token_end:token_end + 1] not in (b"\n", b"\r") and hay[token_end:token_end + 2] not in (b"\\n", b"\\r"):
-                continue
-            if probe.regex.match(hay, position) is not None:
-                continue  # whole before the wrap: what follows is the next line, not the token's tail
-            joined = unwrapped(bytes(hay[position:position + MAX_MATCH_LENGTH]), 0, MAX_MATCH_LENGTH)
-            if joined is None:
-                continue
-            text, origins = joined
-            match = probe.regex.match(text)
-            if match is None or (probe.rule.accept is not None and not probe.rule.accept(match.group())):
-                continue
-            end = position + origins[match.end() - 1] + 1
-            if end - position > match.end():  # the match crosses a wrap
-                spans.append(Span(start + position, start + end, probe.priority, probe.rule.kind))
-        return spans
+    def _joined(self, hay: bytes | bytearray, ends: list[int], first: int, last: int, start: int
+                ) -> list[tuple[int, int, bool, list[Span]]]:
+        """A self-naming credential a writer broke (joins.py): (where the match starts and ends,
+        whether it joined JSON records, one span per piece), for matches whose first piece
+        starts in [first, last). Where two
+        views match at one place (the text, and a JSON field across records), the one that
+        takes less wins: the JSON between records is no part of the secret."""
+        best: dict[tuple[int, str], tuple[int, list[tuple[int, int]], Probe, bool]] = {}
+        for view in joined_views(hay, ends, self._joinable_prefixes):
+            joins = set(view.joins)
+            for probe in self._joinable:
+                position = view.text.find(probe.needle)
+                while position >= 0:
+                    rule = probe.rule
+                    if position in joins or left_boundary_ok(view.text, position, rule.left):
+                        found = joined_match(probe.regex, view, position, rule.group, rule.accept, self._joinable_prefixes,
+                                                   rule.closed)
+                        if found is not None:
+                            pieces = list(view.pieces(*found))
+                            taken = sum(high - low for low, high in pieces)
+                            key = (pieces[0][0], rule.kind)
+                            if first <= pieces[0][0] < last and (key not in best or taken < best[key][0]):
+                                best[key] = (taken, pieces, probe, view.records)
+                    position = view.text.find(probe.needle, position + 1)
+        return [(start + pieces[0][0], start + pieces[-1][1], records,
+                 [Span(start + low, start + high, probe.priority, probe.rule.kind) for low, high in pieces])
+                for _, pieces, probe, records in best.values()]
 
     def _redact_region(self, window: bytes | bytearray, lo: int, cut: int, first_line: int
                        ) -> tuple[memoryview | None, int, list[tuple[int, str]], tuple[int, int]]:

@@ -1,5 +1,5 @@
-"""Encoded forms of a secret: percent-encoded (`%2F`), JSON-escaped (`\\u002f`, `\\/`), base64, and a
-token split by a line wrap (a terminal's hard wrap, kept as `\\n` inside a JSON string).
+"""Encoded forms of a secret: percent-encoded (`%2F`), JSON-escaped (`\\u002f`, `\\/`) and base64
+(a secret a writer broke across lines: joins.py).
 
 Each form has triggers, literals the prefilter finds in the same pass as the rules' prefixes, so
 text without any costs nothing more. Where a trigger occurs, the token around it (up to the next
@@ -168,29 +168,3 @@ def encoded_spans(text: bytes, hits: list[tuple[int, bytes]], lo: int, hi: int,
                 spans.append((start, end, found[0][1]))
                 break
     return spans
-
-
-def unwrapped(text: bytes, start: int, limit: int) -> tuple[bytes, list[int]] | None:
-    """The bytes from `start` with line wraps inside the token removed, and where each byte came
-    from; None when the token starting at `start` has no wrap before it ends."""
-    pieces: list[bytes] = []
-    origins: list[int] = []
-    position = start
-    end = min(len(text), start + limit)
-    wrapped = False
-    while position < end:
-        byte = text[position]
-        if byte in _TOKEN_STOP or (byte == 0x5C and text[position + 1:position + 2] in (b"n", b"r")):
-            wrap = _WRAPS.match(text, position)
-            if wrap is None or wrap.end() >= end or text[wrap.end()] in _TOKEN_STOP:
-                break
-            wrapped = True
-            position = wrap.end()
-            continue
-        pieces.append(text[position:position + 1])
-        origins.append(position)
-        position += 1
-    if not wrapped:
-        return None
-    origins.append(position)
-    return b"".join(pieces), origins

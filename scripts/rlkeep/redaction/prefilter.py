@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol, Sequence
 
 from rlkeep.redaction.common import MARKER_PATTERN, MARKER_PREFIX
+from rlkeep.redaction.joins import TriggerFinder, trigger_patterns
 from rlkeep.redaction.rules import MAX_PREFIX_LENGTH
 from rlkeep.redaction.spans import MARKER, Probe
 
@@ -21,12 +22,6 @@ except ImportError:  # pragma: no cover - depends on the environment
     _hyperscan = None
 
 
-# A token-shaped prefix whose token ends at a line wrap (raw, or `\n` in a JSON string): the
-# engine tries it again with the wrap taken out, so the prefilter must report it though the
-# rule's hint does not match.
-WRAP_TAIL = rb"[A-Za-z0-9_-]*(?:\\[nr]|[\r\n])"
-WRAP_REACH = 320  # a prefix is looked for this far back from the wrap; longer tokens are no credential
-
 
 @dataclass
 class Candidates:
@@ -36,6 +31,11 @@ class Candidates:
     probes: dict[Probe, list[int] | None] = field(default_factory=dict)
     literals: list[bytes] = field(default_factory=list)
     marker: bool = False  # a `<redacted:KIND>` marker occurs: the caller masks markers and asks again
+    joins: list[int] = field(default_factory=list)  # ends of join triggers: a broken secret may be near
+
+
+def _join_needles(probes: Sequence[Probe]) -> list[bytes]:
+    return [probe.needle for probe in probes if probe.rule.joinable]
 
 
 def has_marker(hay: bytes | bytearray) -> bool:
@@ -136,18 +136,22 @@ class StdlibPrefilter(_NeedleIndex):
         self._raw = re.compile(_trie_pattern([needle for (needle, lowercase), _ in self._by_needle if not lowercase]
                                              + list(self._literals)))
         self._lower = re.compile(_trie_pattern(needle for (needle, lowercase), _ in self._by_needle if lowercase))
+        self._joins = TriggerFinder(_join_needles(probes), re.compile)
 
     def candidates(self, hay: bytes, lowered: Callable[[], bytes]) -> Candidates:
         if has_marker(hay):
             return Candidates(marker=True)
+        joins = self._joins.ends(hay)
         if len(hay) <= self.SHORT:
             spans = [m.span() for m in self._raw.finditer(hay)] + [m.span() for m in self._lower.finditer(lowered())]
             if len(spans) <= self.FEW:
-                return self._located(hay, spans)
+                found = self._located(hay, spans)
+                found.joins = joins
+                return found
         probes: dict[Probe, list[int] | None] = {
             probe: None for (needle, lowercase), group in self._by_needle
             if needle in (lowered() if lowercase else hay) for probe in group}
-        return Candidates(probes, [literal for literal in self._literals if literal in hay])
+        return Candidates(probes, [literal for literal in self._literals if literal in hay], joins=joins)
 
 
 def _re2_bytes_literal(text: bytes) -> bytes:
@@ -169,13 +173,16 @@ class Re2Prefilter(_NeedleIndex):
         alternatives = [(b"(?i:" if probe.rule.lowercase else b"(?:") + _re2_bytes_literal(probe.needle)
                         + probe.rule.hint.encode() + b")" for probe in probes]
         alternatives += [_re2_bytes_literal(literal) for literal in literals]
-        alternatives += [_re2_bytes_literal(probe.needle) + WRAP_TAIL for probe in probes if probe.wrappable]
         self._regex = _re2.compile(b"|".join(alternatives), options)
+        # the same patterns as Hyperscan's, one alternation: RE2's DFA runs it as one pass
+        self._joins = _re2.compile(b"|".join(trigger_patterns(_join_needles(probes))), options)
 
     def candidates(self, hay: bytes, lowered: Callable[[], bytes]) -> Candidates:
         if has_marker(hay):
             return Candidates(marker=True)
-        return self._located(hay, (match.span() for match in self._regex.finditer(hay)))
+        found = self._located(hay, (match.span() for match in self._regex.finditer(hay)))
+        found.joins = [match.end() for match in self._joins.finditer(hay)]
+        return found
 
 
 class HyperscanPrefilter(_NeedleIndex):
@@ -194,11 +201,12 @@ class HyperscanPrefilter(_NeedleIndex):
         self._probe_list, self._literal_list = tuple(probes), tuple(literals)  # by pattern id
         self._marker_id = len(expressions)  # the same pass tells whether markers need masking
         expressions.append(MARKER_PATTERN)
-        self._wrapped = tuple(probe for probe in probes if probe.wrappable)  # ids after the marker's
         flags = [_hyperscan.HS_FLAG_SOM_LEFTMOST | _hyperscan.HS_FLAG_DOTALL] * len(expressions)
-        # no start of match for these (too large a pattern with one): the prefix is found back from the end
-        expressions += [_re2_bytes_literal(probe.needle) + WRAP_TAIL for probe in self._wrapped]
-        flags += [_hyperscan.HS_FLAG_DOTALL] * len(self._wrapped)
+        # join triggers (ids after the marker's), in the same pass: without start of match (the
+        # end is enough), each with a fixed stretch of bytes, they cost a fifth of the scan
+        triggers = trigger_patterns(_join_needles(probes))
+        expressions += triggers
+        flags += [_hyperscan.HS_FLAG_DOTALL] * len(triggers)
         self._database = _hyperscan.Database()
         self._database.compile(expressions=expressions, ids=list(range(len(expressions))),
                                elements=len(expressions), flags=flags)
@@ -218,6 +226,7 @@ class HyperscanPrefilter(_NeedleIndex):
             hits.append((pattern, start, end))
             return False
 
+        joins: list[int] = []
         if hay:
             try:
                 self._database.scan(hay, match_event_handler=on_match)
@@ -227,11 +236,8 @@ class HyperscanPrefilter(_NeedleIndex):
         literals: set[bytes] = set()
         probe_count = len(self._probe_list)
         for pattern, start, end in hits:
-            if pattern > marker_id:  # a token-shaped prefix before a line wrap
-                wrapped = self._wrapped[pattern - marker_id - 1]
-                at = hay.rfind(wrapped.needle, max(0, end - WRAP_REACH), end)
-                if at >= 0:
-                    positions.setdefault(wrapped, set()).add(at)
+            if pattern > marker_id:  # a self-naming prefix running into a line break, or cut by one
+                joins.append(end)
                 continue
             if pattern >= probe_count:
                 literals.add(self._literal_list[pattern - probe_count])
@@ -247,7 +253,7 @@ class HyperscanPrefilter(_NeedleIndex):
                 found.add(start + index)
                 index = stretch.find(probe.needle, index + 1)
         return Candidates({probe: sorted(found) for probe, found in positions.items()},
-                          sorted(literals, key=len, reverse=True))
+                          sorted(literals, key=len, reverse=True), joins=joins)
 
 
 def available_engines() -> tuple[str, ...]:

@@ -28,6 +28,11 @@ class Rule:
     left: str = ""  # "word": not right after [A-Za-z0-9_]; "query": right after ? & or ;
     accept: Callable[[bytes], bool] | None = None  # filter on the bytes to redact
     hint: str = ""  # RE2 continuation after the prefix for the optional prefilter; must match a superset
+    # The credential names itself (a prefix no prose uses, then the token): it is also looked for
+    # with the line breaks a writer put into it taken out (joins.py). A keyword-led value is not:
+    # where it ends at a line break cannot be told from the words of the next line.
+    joinable: bool = False
+    closed: bool = False  # the match ends with a marker of its own (a PEM footer): taken whole across breaks
 
     @property
     def pattern(self) -> str:
@@ -47,14 +52,17 @@ RULES: tuple[Rule, ...] = (
     Rule(
         kind="pem_private_key",
         prefixes=("-----BEGIN",),
-        body=(r"[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----"
-              r"(?:[\s\S]{0,16384}?-----END[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----"
+        # `PRIVATE ?KEY`: a header wrapped at its space loses the space in the joined view
+        body=(r"[ A-Z0-9_-]{0,100}PRIVATE ?KEY(?: BLOCK)?-----"
+              r"(?:[\s\S]{0,16384}?-----END[ A-Z0-9_-]{0,100}PRIVATE ?KEY(?: BLOCK)?-----"
               r"|(?:[A-Za-z0-9+/=\s]|\\[nr]){0,16384})"),
         group=0,
         positive=json.dumps({"tls_key": samples.PEM}),
         secret=samples.PEM_LINES[2],
         negative=samples.CERT,
-        hint=r"[ A-Z0-9_-]*PRIVATE KEY",
+        hint=r"[ A-Z0-9_-]*PRIVATE ?KEY",
+        closed=True,
+        joinable=True,
     ),
     Rule(
         kind="iris_proxy_url",
@@ -65,6 +73,7 @@ RULES: tuple[Rule, ...] = (
         secret=samples.IRIS,
         negative="see https://iris.oa.dev/proxy/status for the proxy health",
         accept=filters.accept_opaque,
+        joinable=True,
     ),
     Rule(
         kind="presigned_url",
@@ -104,6 +113,7 @@ RULES: tuple[Rule, ...] = (
         left="word",
         accept=filters.accept_not_example,
         hint=r"[A-Z0-9]{16}",
+        joinable=True,
     ),
     Rule(
         kind="aws_secret_access_key",
@@ -138,6 +148,7 @@ RULES: tuple[Rule, ...] = (
         negative="from huggingface_hub import hf_hub_download; hf_" + "abc",
         left="word",
         hint=r"[A-Za-z0-9]{34}",
+        joinable=True,
     ),
     Rule(
         kind="anthropic_api_key",
@@ -149,6 +160,7 @@ RULES: tuple[Rule, ...] = (
         negative="the sk-" + "ant-api03- prefix marks an Anthropic key",
         left="word",
         hint=r"[a-z0-9]{2,10}-[A-Za-z0-9_-]{20}",
+        joinable=True,
     ),
     Rule(
         kind="openai_api_key",
@@ -161,6 +173,7 @@ RULES: tuple[Rule, ...] = (
         negative="pip install scikit-learn; risk-free; task-sk-" + "proj",
         left="word",
         hint=r"(?:(?:proj|svcacct|admin|service)-|[A-Za-z0-9]{20})",
+        joinable=True,
     ),
     Rule(
         # OpenAI-compatible providers and proxies (DeepSeek, LiteLLM, vLLM gateways, OpenRouter's
@@ -180,6 +193,7 @@ RULES: tuple[Rule, ...] = (
         left="word",
         accept=filters.accept_sk_key,
         hint=r"(?:[a-z0-9]{1,8}-){0,2}[A-Za-z0-9]{32}",
+        joinable=True,
     ),
     Rule(
         kind="github_token",
@@ -191,6 +205,7 @@ RULES: tuple[Rule, ...] = (
         negative="sigh" + "s_and_" + "ghp" + "_short_" + samples.filler("gh-neg", 12),
         left="word",
         hint=r"[A-Za-z0-9]{36}",
+        joinable=True,
     ),
     Rule(
         kind="github_token",
@@ -202,6 +217,7 @@ RULES: tuple[Rule, ...] = (
         negative="fine-grained tokens start with github" + "_pat_ and are 93 characters",
         left="word",
         hint=r"[A-Za-z0-9_]{50}",
+        joinable=True,
     ),
     Rule(
         kind="google_api_key",
@@ -213,6 +229,7 @@ RULES: tuple[Rule, ...] = (
         negative="AI" + "za" + samples.filler("google-neg", 20),
         left="word",
         hint=r"[0-9A-Za-z_-]{35}",
+        joinable=True,
     ),
     Rule(
         kind="slack_token",
@@ -225,6 +242,7 @@ RULES: tuple[Rule, ...] = (
         left="word",
         accept=filters.accept_with_digit,
         hint=r"[0-9A-Za-z-]{10}",
+        joinable=True,
     ),
     Rule(
         kind="slack_webhook",
@@ -235,6 +253,7 @@ RULES: tuple[Rule, ...] = (
         secret=samples.SLACK_HOOK,
         negative="docs at https://hooks.slack.com/ and https://api.slack.com/messaging/webhooks",
         hint=r"(?:services|workflows|triggers)/[A-Za-z0-9+/_-]{20}",
+        joinable=True,
     ),
     Rule(
         kind="wandb_api_key",
@@ -246,6 +265,7 @@ RULES: tuple[Rule, ...] = (
         negative="keys since 0.22.3 start with wandb" + "_v1_ and are 86 characters",
         left="word",
         hint=r"[A-Za-z0-9_]{40}",
+        joinable=True,
     ),
     Rule(
         kind="jwt",
@@ -257,6 +277,7 @@ RULES: tuple[Rule, ...] = (
         negative=samples.b64url_json({"alg": "HS256", "typ": "JWT"}) + " is only a JWT header",
         left="word",
         hint=r"[A-Za-z0-9_-]*\.eyJ",
+        joinable=True,
     ),
     Rule(
         kind="url_credentials",

@@ -27,7 +27,6 @@ class Probe:
     needle: bytes
     regex: re.Pattern[bytes]
     folded: re.Pattern[bytes] | None = None  # lower-case rules: the regex with re.IGNORECASE
-    wrappable: bool = False  # also tried with a line wrap inside the token taken out (engine._wrapped)
 
 
 @dataclass(frozen=True)
