@@ -14,7 +14,7 @@ from rlkeep.errors import RlkeepError
 from rlkeep.redaction.common import (CHUNK_SIZE, CONTEXT, ENVIRONMENT_KIND, MAX_MATCH_LENGTH,
                                      MIN_LITERAL_LENGTH, OVERLAP)
 from rlkeep.redaction.forms import TRIGGERS, encoded_spans
-from rlkeep.redaction.joins import joined_match, joined_views
+from rlkeep.redaction.joins import joined_match, joined_views, past_a_whole_token
 from rlkeep.redaction.prefilter import (HyperscanPrefilter, Prefilter, Re2Prefilter, StdlibPrefilter,
                                         available_engines)
 from rlkeep.redaction.rewrite import Sink
@@ -188,6 +188,7 @@ class Redactor:
         views match at one place (the text, and a JSON field across records), the one that
         takes less wins: the JSON between records is no part of the secret."""
         best: dict[tuple[int, str], tuple[int, list[tuple[int, int]], Probe, bool]] = {}
+        heads = [(probe.regex, probe.rule.group, probe.rule.accept) for probe in self._joinable if not probe.rule.closed]
         for view in joined_views(hay, ends, self._joinable_prefixes):
             joins = set(view.joins)
             for probe in self._joinable:
@@ -197,6 +198,8 @@ class Redactor:
                     if position in joins or left_boundary_ok(view.text, position, rule.left):
                         found = joined_match(probe.regex, view, position, rule.group, rule.accept, self._joinable_prefixes,
                                                    rule.closed)
+                        if found is not None and not rule.closed and past_a_whole_token(view, found, heads):
+                            found = None
                         if found is not None:
                             pieces = list(view.pieces(*found))
                             taken = sum(high - low for low, high in pieces)

@@ -275,3 +275,23 @@ def joined_match(regex: re.Pattern[bytes], view: View, position: int, group: int
     if inside >= len(view.joins) or view.joins[inside] >= best_end:
         return None  # no break inside the match: the plain pass finds it
     return best
+
+
+def past_a_whole_token(view: View, found: tuple[int, int],
+                       rules: Sequence[tuple[re.Pattern[bytes], int, Callable[[bytes], bool] | None]]) -> bool:
+    """The match `found` reaches past a break only to take the next line's word: up to a break it
+    crosses, it is already a whole credential by one of `rules` (regex, group, accept), and what it
+    gains past that break neither reads as a token's rest nor was continued by a backslash. Two
+    rules can disagree on a token's length (`sk-` keys), so the longer one must not take a word
+    after it."""
+    start, end = found
+    crossed = view.joins[bisect.bisect_right(view.joins, start):bisect.bisect_left(view.joins, end)]
+    for join in reversed(crossed):
+        if join in view.continued or token_like(view.text, join, end, view.joins):
+            continue
+        for regex, group, accept in rules:
+            match = regex.match(view.text, start, join)
+            if match is not None and match.span(group) == (start, join) and (
+                    accept is None or accept(view.text[start:join])):
+                return True
+    return False
