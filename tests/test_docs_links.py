@@ -1,6 +1,7 @@
-"""Every relative link in README.md, profiles/README.md and docs/*.md resolves in a clone: its
-target is a file git tracks (an untracked or ignored file is not in a clone), and a `#fragment`
-into a Markdown file names one of its headings (issue 28)."""
+"""Every relative link in README.md, CHANGELOG.md, bench/README.md, profiles/README.md and docs/*.md
+resolves in a clone: its target is a file git tracks (an untracked or ignored file is not in a
+clone), and a `#fragment` into a Markdown file names one of its headings. The README stays short,
+with every docs page one link away."""
 from __future__ import annotations
 
 import re
@@ -70,3 +71,13 @@ def test_links_a_clone_cannot_follow_are_named(tmp_path: Path) -> None:
         "README.md -> docs/contract.md#10-nothing: no heading #10-nothing",
         "README.md -> docs/campaign.png: not a tracked file",
     ]
+
+
+def test_the_readme_reads_in_ten_minutes_and_every_docs_page_is_linked_from_it() -> None:
+    """The README is the newcomer's page (at most 300 lines); what it leaves out is one link away."""
+    readme = REPO / "README.md"
+    assert len(readme.read_text(encoding="utf-8").splitlines()) <= 300
+    linked = {target.partition("#")[0] for target in relative_links(readme)}
+    pages = {path.relative_to(REPO).as_posix() for path in (REPO / "docs").glob("*.md")}
+    assert pages - linked == set()
+    assert {"CHANGELOG.md", "bench/README.md"} <= linked
