@@ -3,7 +3,7 @@
 #     snakemake --profile iris <job>/DONE
 #
 # The working directory is the data root: records/<job>.yaml in, <job>/... out.
-# Every artifact is a file target (docs/reference.md, contract §4); where each one is made:
+# Every artifact is a file target (docs/contract.md §4); where each one is made:
 #   <job>/chain.json, <job>/retries.json ............... rules/capture.smk
 #   <job>/sync/{logs,trace_jobs}.tar + .manifest.json .. rules/sync.smk
 #   <job>/checkpoint/candidates.json, selected.json .... rules/checkpoint.smk

@@ -255,7 +255,7 @@ def get_archive_settings(wildcards):
 
 
 def get_archive_transfer_settings(wildcards):
-    """The archive copy: its destination and the declared regions of both ends (docs/reference.md, contract §6),
+    """The archive copy: its destination and the declared regions of both ends (docs/contract.md §6),
     so declaring or changing a region re-checks the copy. The allowance itself is not a param: a
     refused copy leaves no output, so rerunning with --config allow_transfer=<job> runs it.
     """

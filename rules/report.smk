@@ -1,4 +1,4 @@
-# The completion record (docs/reference.md, contract §5). STATUS.json is no rule's output: it is
+# The completion record (docs/contract.md §5). STATUS.json is no rule's output: it is
 # written at the end of every invocation (rules/common.smk, rlkeep/campaign/writer.py), so it exists
 # even when a step is blocked.
 

@@ -313,7 +313,7 @@ def done_step(ctx: StepContext) -> None:
     write_json(ctx.outputs["done"], done)
 
 
-# Steps that act only with authority granted on the command line (docs/reference.md, contract §6).
+# Steps that act only with authority granted on the command line (docs/contract.md §6).
 AUTHORITY = {"reclaim": "reclaim_authorized"}
 
 
