@@ -21,10 +21,11 @@
 # Shared: records and input functions in rules/common.smk, each step's params in rules/params.smk.
 # Not targets: <job>/STATUS.json and campaign/ (index.html, <job>.html, refused.json) are written at
 # the end of every invocation by rlkeep/campaign/writer.py (rules/invocation.smk), and by `rlkeep campaign`.
-# Each rule names its adapter, scripts/steps/<rule>.py, which imports the rule's one function of
-# the `rlkeep` package (scripts/rlkeep/) and runs it, logged to <job>/logs/<rule>.log.
-# The rule's row in scripts/rlkeep/pipeline.py says what reports need of it; its `kinds` (rl | sft | datagen | eval; rlkeep/kinds.py) decides which of these a job's
-# DONE needs: get_done_inputs, get_archive_inputs and get_reclaim_inputs in rules/common.smk.
+# Each rule names its adapter, scripts/steps/<rule>.py, which runs the function its row in the step
+# table (scripts/rlkeep/pipeline.py, column `function`) names, logged to <job>/logs/<rule>.log. The
+# row says what reports need of it; its `kinds` (rl | sft | datagen | eval; rlkeep/kinds.py) decide
+# which of these a job's DONE needs: get_done_inputs, get_archive_inputs and get_reclaim_inputs in
+# rules/common.smk read the table.
 
 from snakemake.utils import min_version
 

@@ -11,7 +11,7 @@ from snakemake.utils import validate
 
 from rlkeep.chain_recapture import captured_for
 from rlkeep.errors import RecordError
-from rlkeep.pipeline import evidence_of, kind_has, verify_sentinels
+from rlkeep.pipeline import archive_inputs, evidence_of, kind_has, verify_sentinels
 from rlkeep.records import load_record, record_path
 
 ##### why each edge exists #####
@@ -177,22 +177,11 @@ def get_kind(job):
 
 
 def get_archive_inputs(wildcards):
-    """logs always; the synced trace tree only for kinds that have one (not sft)."""
-    job = wildcards.job
-    inputs = {
-        "logs": f"{job}/sync/logs.tar",
-        "logs_manifest": f"{job}/sync/logs.manifest.json",
-        # a plain input, never ancient: the archive keeps the chain.json DONE describes, so a capture
-        # asked again (it was not final) builds the archive again (its restore rehearsal compares them)
-        "chain": f"{job}/chain.json",
-        "retries": f"{job}/retries.json",
-    }
-    if get_kind(job).trace_tree is not None:
-        inputs.update(
-            traces=f"{job}/sync/trace_jobs.tar",
-            traces_manifest=f"{job}/sync/trace_jobs.manifest.json",
-        )
-    return inputs
+    """The `archived` outputs of the steps the kind has (rlkeep.pipeline): logs always, the synced
+    trace tree for kinds that have one. chain.json is a plain input, never ancient: the archive keeps
+    the chain.json DONE describes, so a capture asked again (it was not final) builds it again (its
+    restore rehearsal compares them)."""
+    return archive_inputs(wildcards.job, get_kind(wildcards.job).name)
 
 
 def get_rehearse_restore_inputs(wildcards):

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from rlkeep.diskspace import is_no_space, no_space_message
 from rlkeep.errors import RlkeepError, StepTerminated, TransientError
+from rlkeep.pipeline import step_function
 from rlkeep.jsonio import partial_files
 from rlkeep.records import JobRecord, load_record, record_path
 from rlkeep.waits import seconds_from_env
@@ -278,6 +279,12 @@ class RuleProcess:
                 yield
         except StepTerminated as stop:
             self._stopped_before_it_began(stop)
+
+    def run_rule_function(self) -> NoReturn:
+        """Import the function the rule's row names (rlkeep.pipeline's `function` column), then run it."""
+        with self.importing():
+            function = step_function(self.smk.rule)
+        self.run(function)
 
     def run(self, function: StepFunction) -> NoReturn:
         try:
