@@ -89,6 +89,12 @@ def test_a_new_row_and_its_rule_reach_done_status_reclaim_archive_and_pages(
     assert "rl-demo/verify/notes.json" in inputs["rl-demo/reclaim.json"]  # reclamation waits on it
     assert "rl-demo/verify/notes.json" in inputs["rl-demo/archive/MANIFEST"]  # the archive takes it
     assert json.loads((job / "reclaim.json").read_text())["status"] == "completed"
+    # STATUS.json's step graph (a failed check_notes holds back the archive and reclamation) follows too
+    graph = subprocess.run([sys.executable, "-c", "from rlkeep.pipeline import parents; "
+                            "print(sorted(r for r in ('archive', 'rehearse_restore', 'reclaim') "
+                            "if 'check_notes' in parents(r, 'rl')))"],
+                           capture_output=True, text=True, env=env, check=True)
+    assert graph.stdout.strip() == "['archive', 'reclaim', 'rehearse_restore']"
     with tarfile.open(job / "archive/rl-demo_archive.tgz") as archive:
         assert any(name.endswith("rlkeep/verify/notes.json") for name in archive.getnames())
     assert "check_notes" in (data_root / "campaign/rl-demo.html").read_text()

@@ -50,7 +50,8 @@ class Step:
     # operator corrects the store's log; without the force, logs.tar would be read as it was)
     forcerun: tuple[str, ...] = ()
     # the rules whose outputs this rule takes (rules/*.smk inputs), read by `parents`; an entry
-    # "<rule> if <condition>" holds only for the records CONDITIONS names (the rule's input function)
+    # "<rule> if <condition>" holds only for the records CONDITIONS names (the rule's input function);
+    # "archived" and "verified" stand for every step with an `archived` or a `verify` column
     after: tuple[str, ...] = ()
     # (input key of the archive rule, file under <job>/) for each output of this step the archive
     # takes: a sync tar is unpacked into the archive's trees, any other file is kept under rlkeep/
@@ -117,7 +118,7 @@ PIPELINE: tuple[Step, ...] = (
          after=("publish_traces", "link_model_card")),
     Step("archive", ALL_KINDS, "rlkeep.archive.step:archive_step", evidence="archive/MANIFEST",
          remaining="fix the archive problem named in the log, then rerun",
-         after=("capture_chain", "stop_retries", "sync_logs", "sync_traces")),
+         after=("archived",)),
     Step("verify_archive", ALL_KINDS, "rlkeep.archive.step:verify_archive_step", evidence="verify/archive.json",
          verify="archive", remaining="make archive.dest reachable or fix the mismatch named in the log, then rerun",
          after=("archive",)),
@@ -125,12 +126,10 @@ PIPELINE: tuple[Step, ...] = (
          remaining="the restore rehearsal names a changed or missing archive member: rerun, and the command "
                    "builds and uploads the archive again",
          forcerun=("archive",),
-         after=("capture_chain", "stop_retries", "sync_logs", "sync_traces", "metric_surface", "trial_table",
-                "archive", "verify_archive")),
+         after=("archived", "metric_surface", "trial_table", "archive", "verify_archive")),
     Step("reclaim", ALL_KINDS, "rlkeep.reclaim:reclaim_step", evidence="reclaim.json",
          remaining="rerun with --config reclaim_authorized=<job> once every verification passed",
-         after=("sync_logs", "sync_traces", "publish_model", "publish_traces", "link_model_card", "archive",
-                "verify_archive", "rehearse_restore")),
+         after=("verified", "sync_logs", "sync_traces", "archive")),
     Step("done", ALL_KINDS, "rlkeep.report:done_step"),
     # on demand, not part of DONE: `<job>/restore/DONE`, the archive restored into <job>/restore/tree/
     Step("restore", ALL_KINDS, "rlkeep.restore.step:restore_step", after=("archive", "verify_archive")),
@@ -146,6 +145,12 @@ CONDITIONS: dict[str, Callable[[Mapping[str, Any] | None], bool]] = {
     "no publish": lambda publish: publish is None,
     "publish.traces": lambda publish: bool(publish and publish.get("traces")),
 }
+# `after` entries that stand for every step with the column: the archive and the restore rehearsal
+# take each archived output, reclamation waits on each verify sentinel.
+GROUPS: dict[str, Callable[[], tuple[str, ...]]] = {
+    "archived": lambda: tuple(step.name for step in PIPELINE if step.archived),
+    "verified": lambda: tuple(step.name for step in PIPELINE if step.verify),
+}
 # What a report assumes when the record cannot be read: every publication edge holds.
 EVERY_DESTINATION: Mapping[str, Any] = {"model": "unknown", "traces": "unknown"}
 
@@ -157,11 +162,14 @@ def parents(rule: str, kind: str, publish: Mapping[str, Any] | None = EVERY_DEST
     of the kind. tests/test_step_graph.py checks this against `snakemake --rulegraph`."""
     if rule == "done":
         return steps_for_kind(kind)
-    found = []
+    found: list[str] = []
     for entry in step_for_rule(rule).after:
         name, _, condition = entry.partition(" if ")
-        if (not condition or CONDITIONS[condition](publish)) and kind in STEP_BY_NAME[name].kinds:
-            found.append(name)
+        if condition and not CONDITIONS[condition](publish):
+            continue
+        for member in GROUPS[name]() if name in GROUPS else (name,):
+            if kind in STEP_BY_NAME[member].kinds and member not in found:
+                found.append(member)
     return tuple(found)
 
 
