@@ -111,6 +111,8 @@ rule register:
         register="{job}/register.json",
     log:
         "{job}/logs/register.log",
+    # on the host when an executor (e.g. SLURM) runs the rest: it needs the host's registry credentials
+    localrule: True
     conda:
         RLKEEP_ENV
     resources:

@@ -11,6 +11,8 @@ rule capture_chain:
         chain="{job}/chain.json",
     log:
         "{job}/logs/capture_chain.log",
+    # on the host when an executor (e.g. SLURM) runs the rest: it needs the host's iris CLI
+    localrule: True
     conda:
         RLKEEP_ENV
     resources:
@@ -30,6 +32,8 @@ rule stop_retries:
         retries="{job}/retries.json",
     log:
         "{job}/logs/stop_retries.log",
+    # on the host when an executor (e.g. SLURM) runs the rest: it needs the host's iris CLI
+    localrule: True
     conda:
         RLKEEP_ENV
     resources:

@@ -104,6 +104,8 @@ rule select_checkpoint:
         selected="{job}/checkpoint/selected.json",
     log:
         "{job}/logs/select_checkpoint.log",
+    # on the host when an executor (e.g. SLURM) runs the rest: a trivial step
+    localrule: True
     conda:
         RLKEEP_ENV
     resources:

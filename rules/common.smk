@@ -1,7 +1,7 @@
 # Shared by every stage: config validation, wildcard constraints, record access, get_* helpers.
+# What one invocation plans, says and leaves behind apart from the rules: rules/invocation.smk.
 
-import atexit
-import os
+import hashlib
 import re
 import sys
 from functools import lru_cache
@@ -9,21 +9,10 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
-from rlkeep.chain_recapture import captured_for, recapture_settings
+from rlkeep.chain_recapture import captured_for
 from rlkeep.errors import RecordError
-from rlkeep.jsonio import key_sorted
-from rlkeep.pipeline import evidence_of, kind_has, verify_sentinels
+from rlkeep.pipeline import archive_inputs, evidence_of, kind_has, verify_sentinels
 from rlkeep.records import load_record, record_path
-from rlkeep import snakemake_process
-from rlkeep.settled import (
-    admitted_jobs,
-    named_in_config,
-    planning_is_forced,
-    refusal_message,
-    unsettled_reason,
-    waiting_message,
-)
-from rlkeep.steps import is_authorized
 
 ##### why each edge exists #####
 # An input is declared only where a step reads what another step writes, or where the runbook
@@ -54,18 +43,7 @@ wildcard_constraints:
 # Sizes: each rule's `resources:` say what it needs on a cluster (mem_mb, runtime in minutes, and
 # cpus_per_task where a step uses two CPUs: the SLURM plugin asks for them). No rule declares
 # `threads:`: no step reads a thread count, and two of a 2-core machine's cores held by one step
-# kept the network-bound steps of a local run from overlapping (issue 33: a slower demo).
-
-
-# Trivial steps, and those needing the host's iris CLI or registry credentials, stay on the host
-# when an executor (e.g. SLURM) runs the rest.
-localrules:
-    all,
-    capture_chain,
-    stop_retries,
-    select_checkpoint,
-    register,
-    done,
+# kept the network-bound steps of a local run from overlapping.
 
 
 ##### records #####
@@ -101,57 +79,6 @@ def get_all_jobs():
     return [stem for stem in stems if JOB_PATTERN.fullmatch(stem)]
 
 
-def get_all_done_targets(wildcards):
-    """DONE of every job the campaign target still has to plan: a settled job (its completion
-    record still describes it, rlkeep.settled) is left out unless this invocation forces
-    anything, at most `max_new_jobs` jobs that have not started are taken (the others wait,
-    and planning says so), and a job whose record does not load is refused (planning names
-    each, with its error). An input function, so Snakemake's DAG settings (--forcerun, ...) are known.
-    """
-    forced = planning_is_forced(snakemake_process.dag_settings(workflow))
-    max_new_jobs = get_max_new_jobs()
-    admission = admitted_jobs(
-        [Path(path).stem for path in get_record_files()],
-        started=lambda job: Path(job).is_dir(),
-        needs_planning=lambda job: forced or get_unsettled_reason(job) is not None,
-        named=lambda job: named_in_config(config, job),
-        max_new_jobs=max_new_jobs,
-        loads=lambda job: not isinstance(load_job_record(job), RecordError),
-    )
-    if not PLANNING_NOTES:  # once, however often Snakemake asks for the inputs
-        if admission.refused:
-            errors = [str(load_job_record(job)) for job in admission.refused]
-            PLANNING_NOTES.append(refusal_message(errors))
-        if admission.waiting:
-            PLANNING_NOTES.append(waiting_message(admission.waiting, max_new_jobs))
-        for note in PLANNING_NOTES:
-            print(note, file=sys.stderr)
-    return [f"{job}/DONE" for job in admission.planned]
-
-
-# Said once when planning, however often Snakemake asks for the inputs, and again at the end
-# (repeat_planning_notes), where they are not lost above a long run's log.
-PLANNING_NOTES = []
-
-
-def repeat_planning_notes():
-    for note in PLANNING_NOTES:
-        print(note, file=sys.stderr)
-
-
-def get_max_new_jobs():
-    """config max_new_jobs: an int, or None for 'all'."""
-    value = config.get("max_new_jobs", "all")
-    return None if value == "all" else value
-
-
-def get_unsettled_reason(job):
-    """Why the job still needs planning, or None (rlkeep.settled.unsettled_reason)."""
-    return unsettled_reason(
-        Path(job), get_record_sha256(job), lambda kind: evidence_of(job, kind).values()
-    )
-
-
 def get_records_dir(wildcards):
     """The records folder as configured (a function, so the linter sees no hard-coded input prefix)."""
     return str(RECORDS_DIR)
@@ -167,24 +94,8 @@ def get_record_files():
     ]
 
 
-##### settings handed to steps (params, so a change reruns what it affects) #####
-
-
-def get_chain_settings(wildcards):
-    """Only what defines the chain: editing anything else in a record never redoes the sync. A
-    capture that is not final is captured again (`recapture`, rlkeep.chain_recapture); the keys
-    appear only when set, so a chain captured before they existed is not captured again for them.
-    """
-    record = get_record(wildcards.job)
-    settings = {
-        "chain": list(record.chain),
-        "scheduler": record.scheduler,
-        "cluster": record.cluster,
-    }
-    if record.chain_excludes:
-        settings["chain_excludes"] = list(record.chain_excludes)
-    settings.update(recapture_settings(Path(wildcards.job)))
-    return key_sorted(settings)
+def get_record_sha256(job):
+    return hashlib.sha256(record_path(RECORDS_DIR, job).read_bytes()).hexdigest()
 
 
 def get_chain_input(wildcards):
@@ -201,89 +112,6 @@ def get_chain_input(wildcards):
     ):
         return ancient(path)
     return path
-
-
-def get_record_digest(wildcards):
-    """The completion record restates the whole record: any edit rewrites DONE, and only DONE."""
-    return {"record_sha256": get_record_sha256(wildcards.job)}
-
-
-def get_record_sha256(job):
-    import hashlib
-
-    return hashlib.sha256(record_path(RECORDS_DIR, job).read_bytes()).hexdigest()
-
-
-def get_sync_settings(kind):
-    sync = config["sync"]
-    settings = {key: sync[key] for key in ("workers", "max_inflight_mb", "skip_policy")}
-    settings.update(sync.get(kind, {}))
-    return key_sorted(settings)
-
-
-def get_selection_settings(wildcards):
-    """What reruns select_checkpoint when the record's rule changes (Snakemake compares params); the
-    step itself reads the same fields from the record, its one source."""
-    record = get_record(wildcards.job)
-    return key_sorted(
-        {
-            "rule": record.selection_rule,
-            "behavior_break_step": record.behavior_break_step,
-            "interval": record.checkpoint_interval,
-        }
-    )
-
-
-def get_publish_settings(wildcards):
-    record = get_record(wildcards.job)
-    return key_sorted({"publish": record.publish, "base_model": record.base_model})
-
-
-def get_trace_settings(wildcards):
-    return key_sorted(dict(config["traces"]))
-
-
-def get_archive_settings(wildcards):
-    record = get_record(wildcards.job)
-    return key_sorted(
-        {
-            "dest": (record.archive or {}).get("dest"),
-            "kind": record.kind,
-            **config["archive"],
-        }
-    )
-
-
-def get_archive_transfer_settings(wildcards):
-    """The archive copy: its destination and the declared regions of both ends (docs/reference.md, contract §6),
-    so declaring or changing a region re-checks the copy. The allowance itself is not a param: a
-    refused copy leaves no output, so rerunning with --config allow_transfer=<job> runs it.
-    """
-    record = get_record(wildcards.job)
-    archive = record.archive or {}
-    return key_sorted(
-        {
-            **get_archive_settings(wildcards),
-            "store_region": record.store_region,
-            "archive_region": archive.get("region"),
-        }
-    )
-
-
-def get_register_settings(wildcards):
-    record = get_record(wildcards.job)
-    return key_sorted(
-        {
-            "register": record.register,
-            "base_model": record.base_model,
-            "publish": record.publish,
-        }
-    )
-
-
-def get_reclaim_settings(wildcards):
-    """Authority is part of the params: granting it later makes a rerun act."""
-    return {"authorized": is_authorized(config, "reclaim_authorized", wildcards.job)}
 
 
 ##### inputs that depend on what the record asks for #####
@@ -349,22 +177,11 @@ def get_kind(job):
 
 
 def get_archive_inputs(wildcards):
-    """logs always; the synced trace tree only for kinds that have one (not sft)."""
-    job = wildcards.job
-    inputs = {
-        "logs": f"{job}/sync/logs.tar",
-        "logs_manifest": f"{job}/sync/logs.manifest.json",
-        # a plain input, never ancient: the archive keeps the chain.json DONE describes, so a capture
-        # asked again (it was not final) builds the archive again (its restore rehearsal compares them)
-        "chain": f"{job}/chain.json",
-        "retries": f"{job}/retries.json",
-    }
-    if get_kind(job).trace_tree is not None:
-        inputs.update(
-            traces=f"{job}/sync/trace_jobs.tar",
-            traces_manifest=f"{job}/sync/trace_jobs.manifest.json",
-        )
-    return inputs
+    """The `archived` outputs of the steps the kind has (rlkeep.pipeline): logs always, the synced
+    trace tree for kinds that have one. chain.json is a plain input, never ancient: the archive keeps
+    the chain.json DONE describes, so a capture asked again (it was not final) builds it again (its
+    restore rehearsal compares them)."""
+    return archive_inputs(wildcards.job, get_kind(wildcards.job).name)
 
 
 def get_rehearse_restore_inputs(wildcards):
@@ -398,58 +215,6 @@ def get_reclaim_inputs(wildcards):
     if kind.trace_tree is not None:
         inputs["traces_manifest"] = f"{job}/sync/trace_jobs.manifest.json"
     return inputs
-
-
-##### what people read: STATUS.json and the campaign pages #####
-
-
-def get_invocation():
-    """`snakemake [--snakefile F] --profile P` as this invocation was started."""
-    from rlkeep.report import invocation_from_argv
-
-    return invocation_from_argv(sys.argv)
-
-
-def write_views():
-    """Every started job's STATUS.json and the campaign pages (rlkeep.campaign.writer, their one
-    writer), at the end of every invocation: also when Snakemake had nothing to do or only showed
-    its plan (-n), where it runs no onsuccess handler. A failure here is reported and does not
-    hide the run's own result."""
-    try:
-        from rlkeep.campaign.writer import write_views
-
-        write_views(DATA_ROOT, RECORDS_DIR, invocation=get_invocation())
-    except (
-        Exception
-    ) as error:  # noqa: BLE001 - the run's outcome matters more than its view
-        print(
-            f"rlkeep: STATUS.json and campaign/ were not refreshed: {error}",
-            file=sys.stderr,
-        )
-
-
-##### the Snakemake process's own cost (rlkeep.snakemake_process) #####
-
-# before write_views is registered, so the patches' exit handler runs after it
-snakemake_process.install()
-if snakemake_process.is_main_process(workflow):
-    snakemake_process.quiet_after_stop()
-
-# Only Snakemake's own process (not a job it runs elsewhere), and only in a data root.
-if snakemake_process.is_main_process(workflow) and (DATA_ROOT / RECORDS_DIR).is_dir():
-    atexit.register(write_views)
-
-
-onsuccess:
-    snakemake_process.scheduler_finished()
-    repeat_planning_notes()
-
-
-onerror:
-    snakemake_process.scheduler_finished()
-    repeat_planning_notes()
-    if note := snakemake_process.stopped_note(log):
-        print(note, file=sys.stderr)
 
 
 ##### inputs of the completion record #####

@@ -6,7 +6,7 @@
 #     link is pending; redact the whole tree, upload additively, download fresh, run every check
 #     but the link -> verify/model_upload.json
 #   link_model_card: once verify/traces.json exists, link the dataset in one README-only commit,
-#     download fresh, run every check -> verify/model.json (docs/reference.md, contract §4)
+#     download fresh, run every check -> verify/model.json (docs/contract.md §4)
 # Not applicable when the record names no destinations.
 
 

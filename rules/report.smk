@@ -1,5 +1,5 @@
-# The completion record (docs/reference.md, contract §5). STATUS.json is no rule's output: it is
-# written at the end of every invocation (rules/common.smk, rlkeep/campaign/writer.py), so it exists
+# The completion record (docs/contract.md §5). STATUS.json is no rule's output: it is
+# written at the end of every invocation (rules/invocation.smk, rlkeep/campaign/writer.py), so it exists
 # even when a step is blocked.
 
 
@@ -19,6 +19,8 @@ rule done:
         ),
     log:
         "{job}/logs/done.log",
+    # on the host when an executor (e.g. SLURM) runs the rest: a trivial step
+    localrule: True
     conda:
         RLKEEP_ENV
     resources:

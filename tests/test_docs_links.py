@@ -81,3 +81,26 @@ def test_the_readme_reads_in_ten_minutes_and_every_docs_page_is_linked_from_it()
     pages = {path.relative_to(REPO).as_posix() for path in (REPO / "docs").glob("*.md")}
     assert pages - linked == set()
     assert {"CHANGELOG.md", "bench/README.md"} <= linked
+
+
+CONTRACT_SECTION = re.compile(r"^## (\d+)\. ", re.MULTILINE)
+CONTRACT_CITATION = re.compile(r"docs/contract\.md §(\d+)")
+
+
+def test_the_code_cites_one_contract_and_sections_it_has() -> None:
+    sections = set(CONTRACT_SECTION.findall((REPO / "docs" / "contract.md").read_text()))
+    reference = (REPO / "docs" / "reference.md").read_text()
+    assert "not the contract" in reference.splitlines()[0]
+    assert "## Contract" not in reference and "contract §" not in reference
+    cited, wrong = 0, []
+    for path in sorted(tracked(REPO)):
+        if not path.startswith(("scripts/", "rules/", "Snakefile")):
+            continue
+        text = (REPO / path).read_text(errors="replace")
+        if re.search(r"reference\.md,?\s+contract", text):
+            wrong.append(f"{path}: cites docs/reference.md as the contract")
+        for number in CONTRACT_CITATION.findall(text):
+            cited += 1
+            if number not in sections:
+                wrong.append(f"{path}: docs/contract.md §{number} has no such section")
+    assert cited > 10 and not wrong, wrong

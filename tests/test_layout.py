@@ -81,3 +81,29 @@ def test_store_and_archive_urls_are_joined_in_one_place() -> None:
              if HAND_JOINED_URL.search(line)]
     assert found == []
     assert HAND_JOINED_URL.search('f"{record.store}/{key}"') and not HAND_JOINED_URL.search('record.url_of(key)')
+
+
+RULES = sorted((REPO / "rules").glob("*.smk"))
+MAX_COMMON_SMK_LINES = 250
+MUTABLE_AT_TOP = re.compile(r"^([A-Za-z_]\w*)\s*(?::[^=]+)?=\s*(?:\[|\{|set\(|dict\(|list\(|defaultdict\(|deque\()",
+                            re.M)
+
+
+def mutated_module_globals(source: str) -> list[str]:
+    """Names a rules file binds at its top level to a list, dict or set and then changes anywhere."""
+    found = []
+    for name in MUTABLE_AT_TOP.findall(source):
+        change = rf"\b{name}\s*(?:\.(?:append|extend|insert|add|update|setdefault|pop|popitem|remove|discard|clear)\(|\[[^\]]*\]\s*=|\s*[|+-]=)"
+        if re.search(change, source):
+            found.append(name)
+    return found
+
+
+def test_common_smk_keeps_config_records_and_inputs_and_rules_hold_no_mutable_state() -> None:
+    assert len((REPO / "rules" / "common.smk").read_text().splitlines()) <= MAX_COMMON_SMK_LINES
+    assert RULES and {path.name: mutated_module_globals(path.read_text()) for path in RULES} == {
+        path.name: [] for path in RULES}
+    # the check finds what it is for
+    assert mutated_module_globals("NOTES = []\n\ndef f():\n    NOTES.append(1)\n") == ["NOTES"]
+    assert mutated_module_globals("SEEN: dict = {}\nSEEN[1] = 2\n") == ["SEEN"]
+    assert mutated_module_globals("ENV = '../envs/x.yaml'\nKEYS = ('a',)\n") == []

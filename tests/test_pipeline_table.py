@@ -21,9 +21,12 @@ from rlkeep.errors import RlkeepError
 from rlkeep.kinds import KINDS
 from rlkeep.pipeline import PIPELINE, STEPS, step_for_rule
 from rlkeep.records import load_record
-from rlkeep.step_cli import ADAPTERS, adapter_reference, load_function, rule_for_target
+from rlkeep.step_cli import function_reference, load_function, rule_for_target
+
 from rlkeep.steps import StepContext, is_authorized
 from tests.conftest import REPO, run_snakemake, seed_example
+
+ADAPTERS = REPO / "scripts" / "steps"
 
 # The last revision whose rules named their function in `params: run=` (the data roots made by it
 # carry that string in every output's recorded params).
@@ -74,11 +77,16 @@ def test_every_rule_has_one_row_and_runs_its_own_adapter() -> None:
         step_for_rule("publish_modle")
 
 
-def test_every_adapter_imports_its_step_function_from_the_module_that_defines_it() -> None:
-    """The import is the function's own module and name (go to definition lands on it): a renamed or
-    moved function fails here, not in a run. `rlkeep step` reads the same import."""
+def test_every_row_names_its_step_function_in_the_module_that_defines_it() -> None:
+    """The `function` column is the function's own module and name (go to definition lands on it): a
+    renamed or moved function fails here, not in a run. Every adapter runs the row's function, and
+    `rlkeep step` reads the same column."""
+    for path in ADAPTERS.glob("*.py"):
+        code = path.read_text()
+        assert "RuleProcess(snakemake).run_rule_function()" in code and "import" not in code.split(
+            "from rlkeep.steps import RuleProcess", 1)[1], path
     for step in PIPELINE:
-        reference = adapter_reference(step.name)
+        reference = function_reference(step.name)
         module, colon, name = reference.partition(":")
         assert colon and module.startswith("rlkeep.") and name.endswith("_step"), (step.name, reference)
         function = load_function(reference)
@@ -86,7 +94,7 @@ def test_every_adapter_imports_its_step_function_from_the_module_that_defines_it
         assert rule_for_target(reference) == step.name
     # the name a package re-exports finds the rule too (`rlkeep step rlkeep.archive:archive_step`)
     assert rule_for_target("rlkeep.archive:archive_step") == "archive"
-    with pytest.raises(RlkeepError, match="no rule's adapter"):
+    with pytest.raises(RlkeepError, match="no rule's row"):
         rule_for_target("rlkeep.archive:no_such_step")
 
 
@@ -113,8 +121,9 @@ def heavy_modules_after(code: str) -> list[str]:
 
 def test_planning_imports_no_heavy_library() -> None:
     modules = snakefile_imports()
-    assert {"rlkeep.records", "rlkeep.steps", "rlkeep.pipeline", "rlkeep.report"} <= set(modules), modules
-    planning = "\n".join(f"import {module}" for module in modules) + (
+    assert {"rlkeep.records", "rlkeep.pipeline", "rlkeep.invocation"} <= set(modules), modules
+    # rlkeep.report: the views the planning process writes when it ends (rlkeep.invocation)
+    planning = "\n".join(f"import {module}" for module in [*modules, "rlkeep.report"]) + (
         "\nfrom rlkeep.kinds import KINDS\nfrom rlkeep.pipeline import STEPS\n"
         "from rlkeep.pipeline import steps_for_kind, verify_sentinels\n"
         "for kind in KINDS:\n    steps_for_kind(kind), verify_sentinels(kind)\n"
@@ -127,7 +136,7 @@ def test_planning_imports_no_heavy_library() -> None:
 def test_a_step_process_imports_only_what_its_step_uses(rule: str) -> None:
     """An adapter's path: rlkeep.steps, then its function's own module; none of these steps uses a
     HEAVY library at import (export imports torch only to read a sharded checkpoint)."""
-    module, _, name = adapter_reference(rule).partition(":")
+    module, _, name = function_reference(rule).partition(":")
     loaded = heavy_modules_after(f"import rlkeep.steps\nfrom {module} import {name}")
     assert loaded == []
 

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from rlkeep.errors import RlkeepError
 from rlkeep.records import validate_record_data
-from rlkeep.reclaim import REQUIRED_SENTINELS, execute_reclaim, plan_reclaim, reclaim_decision
+from rlkeep.pipeline import verify_sentinels
+from rlkeep.reclaim import execute_reclaim, plan_reclaim, reclaim_decision
 from rlkeep.steps import StepContext
 from rlkeep.storage import open_store
 from rlkeep.sync import sync_logs_step, sync_traces_step
@@ -22,6 +23,7 @@ SYNC_SETTINGS = {"workers": 16, "max_inflight_mb": 4, "skip_policy": {"max_missi
 
 # --------------------------------------------------------------------------- the decision
 
+RL_SENTINELS = verify_sentinels("rl")  # the step table's verify column, rl's rows
 SENTINEL_VALUES = st.one_of(
     st.none(),
     st.sampled_from([{"status": "completed"}, {"status": "not_applicable", "reason": "no destination"},
@@ -33,35 +35,40 @@ SENTINEL_VALUES = st.one_of(
 @settings(max_examples=200, deadline=None)
 @given(
     authorized=st.one_of(st.booleans(), st.sampled_from(["yes", 1, None])),
-    sentinels=st.dictionaries(st.sampled_from(REQUIRED_SENTINELS + ("extra",)), SENTINEL_VALUES),
+    sentinels=st.dictionaries(st.sampled_from(RL_SENTINELS + ("extra",)), SENTINEL_VALUES),
 )
 def test_never_acts_without_authority_and_every_sentinel(authorized, sentinels) -> None:
-    acts, reason = reclaim_decision(authorized=authorized, verify_sentinels=sentinels)
+    acts, reason = reclaim_decision(authorized=authorized, verify_sentinels=sentinels, required=RL_SENTINELS)
     every_present = all(
         isinstance(sentinels.get(name), dict) and sentinels[name].get("status") in {"completed", "not_applicable"}
-        for name in set(REQUIRED_SENTINELS) | set(sentinels)
+        for name in set(RL_SENTINELS) | set(sentinels)
     )
     assert acts == (authorized is True and every_present)
     assert reason
     if authorized is not True:
         assert not acts and "not authorized" in reason and "reclaim_authorized" in reason
-    for name in REQUIRED_SENTINELS:
+    for name in RL_SENTINELS:
         if sentinels.get(name) is None:
             assert not acts and f"verify/{name}.json" in reason
 
 
 def test_decision_reasons_name_what_is_missing() -> None:
     ok = {"status": "completed"}
-    assert reclaim_decision(authorized=True, verify_sentinels={"model": ok, "traces": {"status": "not_applicable"},
-                                                                "archive": ok, "restore": ok}) == (
-        True, "authorized for this job and verified: model completed, traces not_applicable, archive completed, "
-              "restore completed")
-    acts, reason = reclaim_decision(authorized=True, verify_sentinels={"model": ok, "traces": None})
-    assert not acts and reason == "verify sentinel missing: verify/traces.json, verify/archive.json, verify/restore.json"
+    assert RL_SENTINELS == ("model_upload", "traces", "model", "archive", "restore")
+    assert verify_sentinels("sft") == ("archive", "restore")
+    every = {"model_upload": ok, "traces": {"status": "not_applicable"}, "model": ok, "archive": ok, "restore": ok}
+    assert reclaim_decision(authorized=True, verify_sentinels=every, required=RL_SENTINELS) == (
+        True, "authorized for this job and verified: model_upload completed, traces not_applicable, model completed, "
+              "archive completed, restore completed")
+    acts, reason = reclaim_decision(authorized=True, verify_sentinels={"model": ok, "traces": None},
+                                    required=RL_SENTINELS)
+    assert not acts and reason == ("verify sentinel missing: verify/model_upload.json, verify/traces.json, "
+                                   "verify/archive.json, verify/restore.json")
     # the archive verified but its restore never rehearsed: no reclamation
-    acts, reason = reclaim_decision(authorized=True, verify_sentinels={"model": ok, "traces": ok, "archive": ok})
+    acts, reason = reclaim_decision(authorized=True, verify_sentinels={**every, "restore": None},
+                                    required=RL_SENTINELS)
     assert not acts and reason == "verify sentinel missing: verify/restore.json"
-    acts, reason = reclaim_decision(authorized=False, verify_sentinels={"model": ok, "traces": ok, "archive": ok})
+    acts, reason = reclaim_decision(authorized=False, verify_sentinels=every, required=RL_SENTINELS)
     assert not acts and reason.startswith("reclamation is not authorized for this job")
 
 

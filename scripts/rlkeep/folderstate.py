@@ -1,7 +1,7 @@
 """A cheap fingerprint of a job folder and its record, for what is rebuilt after every invocation.
 
 Every invocation ends by writing STATUS.json and the campaign pages for every job with a record
-(rlkeep.campaign.writer, from rules/common.smk). Over a campaign of hundreds of runs most of them did not
+(rlkeep.campaign.writer, from rules/invocation.smk). Over a campaign of hundreds of runs most of them did not
 change, and rebuilding them reads every run's sentinels and tables again (campaign pages: tens of
 ms and a few hundred KB per run). A job's STATUS.json and its page are made only from the record
 and files at most three levels into the job folder (the deepest is whether

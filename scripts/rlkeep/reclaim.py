@@ -25,7 +25,6 @@ from rlkeep.steps import StepContext
 from rlkeep.storage import FileStore, S3Store, Store, check_key, open_store, s3_client
 from rlkeep.sync import is_weight_or_dump
 
-REQUIRED_SENTINELS = ("model", "traces", "archive", "restore")
 PRESENT_STATUSES = ("completed", "not_applicable")
 AUTHORITY_HINT = "pass --config reclaim_authorized=<job> for exactly this job on the command line"
 DEFAULT_BATCH = 1000  # S3 DeleteObjects takes at most 1,000 keys
@@ -35,11 +34,11 @@ DEFAULT_BATCH = 1000  # S3 DeleteObjects takes at most 1,000 keys
 
 
 def reclaim_decision(*, authorized: bool, verify_sentinels: dict[str, dict[str, Any] | None],
-                     required: tuple[str, ...] = REQUIRED_SENTINELS) -> tuple[bool, str]:
+                     required: tuple[str, ...]) -> tuple[bool, str]:
     """(act?, why): act only with authority AND every required verify sentinel present.
 
-    required: the run kind's verify sentinels (rlkeep.pipeline.verify_sentinels); rl's are
-    model, traces, archive and restore (the restore rehearsal), every kind has archive and restore.
+    required: the run kind's verify sentinels (rlkeep.pipeline.verify_sentinels, the step table's
+    `verify` column); any other sentinel given must be present too.
     """
     problems: list[str] = []
     if authorized is not True:

@@ -1,4 +1,4 @@
-"""Job records (`records/<job>.yaml`, docs/reference.md, contract §3): load once, validate, never guess.
+"""Job records (`records/<job>.yaml`, docs/contract.md §3): load once, validate, never guess.
 
 Every problem is reported as one message naming the file, the field and what was expected.
 Nothing the runbook says must not be invented (namespace, base model, selection rule,
@@ -162,7 +162,7 @@ def _expected(name: str, error: jsonschema.ValidationError | None = None) -> str
         if error.validator == "pattern":
             return f"a string matching {error.validator_value}"
         return error.message
-    return "a value (see docs/reference.md, contract §3)"
+    return "a value (see docs/contract.md §3)"
 
 
 def validate_record_data(data: Any, path: Path) -> JobRecord:

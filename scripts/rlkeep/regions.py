@@ -1,4 +1,4 @@
-"""Where each end of a transfer is, and how we know it (docs/reference.md, contract §6: cross-region transfers).
+"""Where each end of a transfer is, and how we know it (docs/contract.md §6: cross-region transfers).
 
 A region is only ever taken from something that states it: a record field (`store_region`,
 `archive.region`), the configuration for the machine running rlkeep (`policy.local_region`), or

@@ -16,7 +16,7 @@ from rlkeep.audit import damaged_steps, last_audit
 from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
 from rlkeep.logfacts import remembered
 from rlkeep.metrics import skipped_lines_markdown, without_metrics_markdown
-from rlkeep.pipeline import STEP_BY_NAME, STEPS, Step, kind_has, verify_sentinels
+from rlkeep.pipeline import STEP_BY_NAME, STEPS, Step, kind_has, verifications, verify_sentinels
 from rlkeep.profiles import default_invocation, own_profile
 from rlkeep.records import JobRecord
 from rlkeep.stepstate import collect_steps
@@ -239,7 +239,7 @@ def build_completion_record(job_dir: Path, record: JobRecord,
         "verification": {name: ((_optional_json(job_dir / "verify" / f"{name}.json") or {}).get("status")
                                 or steps.get(verify_steps[name], {}).get("status"))
                          if name in verify_sentinels(record.kind) else "not_applicable"
-                         for name in ("model_upload", "model", "traces", "archive", "restore")},
+                         for name in verifications()},
         "reclaimed": {"bytes": reclaim.get("deleted_bytes", 0), "keys": reclaim.get("deleted_keys", 0),
                       "status": reclaim.get("status"), "reason": reclaim.get("reason")},
         "remaining_work": remaining,
@@ -313,7 +313,7 @@ def done_step(ctx: StepContext) -> None:
     write_json(ctx.outputs["done"], done)
 
 
-# Steps that act only with authority granted on the command line (docs/reference.md, contract §6).
+# Steps that act only with authority granted on the command line (docs/contract.md §6).
 AUTHORITY = {"reclaim": "reclaim_authorized"}
 
 

@@ -1,7 +1,7 @@
 """The one place rlkeep changes how the Snakemake process behaves, and reads what Snakemake offers no
 public accessor for.
 
-`install()`, called once by rules/common.smk, switches on the patches below, only on a Snakemake
+`install()`, called once by rules/invocation.smk, switches on the patches below, only on a Snakemake
 version the suite proves them on (PROVEN_SNAKEMAKE_VERSIONS): on any other version it changes
 nothing and says so in one line, so an upgrade never runs half-patched. RLKEEP_NO_PATCHES=1 switches
 them all off (a comma-separated list of names switches off those only). Every patch is an

@@ -1,42 +1,23 @@
 """`rlkeep step RULE --job J`: run one pipeline step by hand, outside Snakemake.
 
-A rule's function is named in one place, its adapter `scripts/steps/<rule>.py` (`from <module>
-import <function>`, then `process.run(<function>)`). This command reads that adapter's source
-rather than a copy of the name, so the adapter stays the one fact; `rlkeep step
-rlkeep.<module>:<function>` finds the rule whose adapter runs that function.
+A rule's function is named in one place, its row's `function` column in the step table
+(rlkeep.pipeline), which its adapter `scripts/steps/<rule>.py` and this command both run;
+`rlkeep step rlkeep.<module>:<function>` finds the rule whose row names that function.
 """
 from __future__ import annotations
 
 import argparse
-import ast
 import importlib
 from pathlib import Path
 
 from rlkeep.errors import RlkeepError
-from rlkeep.pipeline import STEP_BY_NAME
+from rlkeep.pipeline import STEP_BY_NAME, step_for_rule
 from rlkeep.records import load_record, record_path
 from rlkeep.steps import StepContext, StepFunction, configure_logging, run_step
 
-ADAPTERS = Path(__file__).resolve().parents[1] / "steps"  # scripts/steps/, beside the package
-
-
-def adapter_reference(rule: str) -> str:
-    """`<module>:<function>` the rule's adapter runs: the argument of its `.run(...)` call, found
-    among the names it imports."""
-    path = ADAPTERS / f"{rule}.py"
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    except FileNotFoundError:
-        raise RlkeepError(f"rule {rule!r} has no adapter {path}; expected one of: "
-                          f"{', '.join(sorted(p.stem for p in ADAPTERS.glob('*.py')))}") from None
-    imported = {alias.asname or alias.name: f"{node.module}:{alias.name}" for node in ast.walk(tree)
-                if isinstance(node, ast.ImportFrom) for alias in node.names}
-    runs = [node.args[0].id for node in ast.walk(tree)
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "run"
-            and len(node.args) == 1 and isinstance(node.args[0], ast.Name)]
-    if len(runs) != 1 or runs[0] not in imported:
-        raise RlkeepError(f"{path}: expected one `process.run(<function>)` of a function it imports")
-    return imported[runs[0]]
+def function_reference(rule: str) -> str:
+    """`<module>:<function>` the rule runs: its row's `function` column."""
+    return step_for_rule(rule).function
 
 
 def load_function(reference: str) -> StepFunction:
@@ -58,9 +39,9 @@ def rule_for_target(target: str) -> str:
     except (ImportError, AttributeError, ValueError):  # no such module or name: the error below
         pass
     for rule in STEP_BY_NAME:
-        if adapter_reference(rule) in references:
+        if function_reference(rule) in references:
             return rule
-    raise RlkeepError(f"step target {target!r}: no rule's adapter (scripts/steps/) runs it; expected a rule name "
+    raise RlkeepError(f"step target {target!r}: no rule's row (rlkeep.pipeline) names it; expected a rule name "
                       f"({', '.join(STEP_BY_NAME)}) or rlkeep.<module>:<function> of one")
 
 
@@ -80,4 +61,4 @@ def cli_main(argv: list[str]) -> int:
     rule = rule_for_target(args.target)
     ctx = StepContext(job=args.job, record=load_record(record_path(args.records, args.job)), data_root=Path.cwd(),
                       inputs=pairs(args.input), outputs=pairs(args.output))
-    return run_step(rule, load_function(adapter_reference(rule)), ctx)
+    return run_step(rule, load_function(function_reference(rule)), ctx)

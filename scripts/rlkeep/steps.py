@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from rlkeep.diskspace import is_no_space, no_space_message
 from rlkeep.errors import RlkeepError, StepTerminated, TransientError
+from rlkeep.pipeline import step_function
 from rlkeep.jsonio import partial_files
 from rlkeep.records import JobRecord, load_record, record_path
 from rlkeep.waits import seconds_from_env
@@ -279,6 +280,12 @@ class RuleProcess:
         except StepTerminated as stop:
             self._stopped_before_it_began(stop)
 
+    def run_rule_function(self) -> NoReturn:
+        """Import the function the rule's row names (rlkeep.pipeline's `function` column), then run it."""
+        with self.importing():
+            function = step_function(self.smk.rule)
+        self.run(function)
+
     def run(self, function: StepFunction) -> NoReturn:
         try:
             with stop_signals_raise():
@@ -318,7 +325,7 @@ def _close_log(stream: TextIO, step: str, status: int) -> None:
 
 
 def sentinel(status: str, **evidence: Any) -> dict[str, Any]:
-    """Every sentinel is JSON with a status and its evidence (docs/reference.md, contract §4)."""
+    """Every sentinel is JSON with a status and its evidence (docs/contract.md §4)."""
     if status not in {"completed", "not_applicable"}:
         raise ValueError(status)
     return {"status": status, **evidence}
@@ -332,7 +339,7 @@ def check_transfer(ctx: StepContext, *, nbytes: int, what: str, source: Region |
                    dest: Region | None = None) -> dict[str, Any]:
     """Stop a large or cross-region transfer before it starts, unless this invocation allows it.
 
-    The allowance is `--config allow_transfer=<job>` for exactly this job (docs/reference.md, contract §6).
+    The allowance is `--config allow_transfer=<job>` for exactly this job (docs/contract.md §6).
     source/dest: where each end is and how that is known (rlkeep.regions); absent means not looked
     up for this transfer. A region that is unknown is said in the log, never assumed. Returns the
     evidence for the step's sentinel: the regions compared and their sources, and whether the

@@ -1,7 +1,5 @@
 """Rule done (rules/report.smk): <job>/DONE and REPORT.md: the completion record."""
 from rlkeep.steps import RuleProcess
 
-process = RuleProcess(snakemake)  # noqa: F821 - injected by Snakemake's script preamble
-with process.importing():
-    from rlkeep.report import done_step
-process.run(done_step)
+# the function is the rule's row in the step table (rlkeep.pipeline, column `function`)
+RuleProcess(snakemake).run_rule_function()  # noqa: F821 - injected by Snakemake's script preamble

@@ -13,16 +13,12 @@ from rlkeep.archive.upload import upload_and_verify
 from rlkeep.archive.verify import verify_archive
 from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import read_json, write_json
+from rlkeep.pipeline import ARCHIVED_JOB_FILES
 from rlkeep.regions import store_to_archive
 from rlkeep.steps import StepContext, check_transfer
 
 log = logging.getLogger("rlkeep.archive")
 
-# The job files the archive carries under rlkeep/ (member name, input key of the archive rule);
-# the record follows them as rlkeep/records/<job>.yaml. The restore rehearsal compares the same list.
-ARCHIVED_JOB_FILES = (("chain.json", "chain"), ("retries.json", "retries"),
-                      ("sync/logs.manifest.json", "logs_manifest"),
-                      ("sync/trace_jobs.manifest.json", "traces_manifest"))
 
 
 def archive_step(ctx: StepContext) -> None:

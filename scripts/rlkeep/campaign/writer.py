@@ -1,7 +1,7 @@
 """The one writer of what people read about runs: each started job's `STATUS.json`, the campaign
 pages `campaign/index.html` and `campaign/<job>.html`, and `campaign/refused.json`.
 
-`write_views` is called at the end of every Snakemake invocation (rules/common.smk: no-op, `-n` and
+`write_views` is called at the end of every Snakemake invocation (rules/invocation.smk: no-op, `-n` and
 failures included) and by `rlkeep campaign`; nothing else writes these files, and no rule has
 them as outputs. Each is a function of the records and the job folders only (`render_run`,
 `render_index`): a test renders them afresh and compares.

@@ -2,7 +2,7 @@
 commit), the archive copy in a dataset repo, and the checks that a fresh download of each is what
 was staged.
 
-The endpoint and token come from HF_ENDPOINT and HF_TOKEN (docs/reference.md, contract §2) unless passed
+The endpoint and token come from HF_ENDPOINT and HF_TOKEN (docs/contract.md §2) unless passed
 explicitly. The token never appears in a message, an exception or returned evidence; without
 HF_TOKEN no token is sent at all (a token saved for huggingface.co is never offered to another
 endpoint). Xet is off for every call, so uploads take the plain LFS protocol (client.py).

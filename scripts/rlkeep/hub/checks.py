@@ -1,4 +1,4 @@
-"""Publication checks (docs/reference.md, contract §7): what makes a downloaded model repo a
+"""Publication checks (docs/contract.md §7): what makes a downloaded model repo a
 complete publication (weights, config, tokenizer, training_logs/, a model card whose Training
 Traces section links the trace dataset), and `rlkeep check-publication`.
 """

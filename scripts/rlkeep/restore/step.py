@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 
 from rlkeep.archive.manifest import iter_manifest_entries
-from rlkeep.archive.step import ARCHIVED_JOB_FILES
+from rlkeep.pipeline import ARCHIVED_JOB_FILES
 from rlkeep.diskspace import TAR_OVERHEAD_PER_MEMBER, require_free
 from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import write_json

@@ -1,6 +1,6 @@
 """Object store access: `s3://bucket/prefix` over boto3 and `file:///path`, behind one interface.
 
-Configuration comes from the standard boto3 sources only (docs/reference.md, contract §2; see
+Configuration comes from the standard boto3 sources only (docs/contract.md §2; see
 rlkeep.storage.client). Keys handed to callers are relative to the store root URL. Every read
 records size and sha256 while streaming; an ETag is never trusted as a content hash.
 

@@ -1,5 +1,5 @@
 """The process's boto3 S3 client, configured from the standard AWS sources only
-(docs/reference.md, contract §2): AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL_S3
+(docs/contract.md §2): AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL_S3
 or AWS_ENDPOINT_URL, AWS_REGION and AWS_CONFIG_FILE (e.g. `s3 = addressing_style = virtual` for
 CoreWeave). Checksums are sent only when required, which Cloudflare R2 and other S3 clones need
 (boto/boto3#4392). Throttled requests are retried by rlkeep.storage.failures.slowdown_retry.
