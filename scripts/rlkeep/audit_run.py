@@ -24,6 +24,8 @@ from rlkeep.audit import (AUDIT_FILE, CARD, DEFAULT_INVOCATION, TRACES_HEADING, 
 from rlkeep.errors import RlkeepError
 from rlkeep.hashing import sha256_file
 from rlkeep.jsonio import read_json, write_json
+from rlkeep.profiles import default_invocation
+from rlkeep.readable import plural
 from rlkeep.urls import join_url
 
 
@@ -292,9 +294,10 @@ def cli_main(argv: list[str]) -> int:
                         help="read archives in full and compare sha256 (FRACTION: that share of the jobs, chosen "
                              "by job and day; default 1 when given)")
     parser.add_argument("--json", action="store_true", help="print every job's audit as JSON on stdout")
-    parser.add_argument("--invocation", default=DEFAULT_INVOCATION,
-                        help="the Snakemake command repairs start with (default: %(default)s)")
+    parser.add_argument("--invocation", default=None,
+                        help="the Snakemake command repairs start with (default: this checkout's iris profile)")
     args = parser.parse_args(argv)
+    args.invocation = args.invocation or default_invocation()
     if not 0 <= args.read_data <= 1:
         parser.error(f"--read-data={args.read_data}: expected a fraction between 0 and 1")
     jobs = finished_jobs(args.data_root, args.jobs)
@@ -308,8 +311,8 @@ def cli_main(argv: list[str]) -> int:
         result = audit_job(job_dir, read_data=read_data, invocation=args.invocation,
                            record_url=_record_url(args.data_root, job_dir.name))
         results.append(result)
-        counts = f"{len(result['checked'])} checks, {len(result['findings'])} finding(s)" + (
-            f", {len(result['unreached'])} destination(s) not reached" if result["unreached"] else "")
+        counts = f"{plural(len(result['checked']), 'check')}, {plural(len(result['findings']), 'finding')}" + (
+            f", {plural(len(result['unreached']), 'destination')} not reached" if result["unreached"] else "")
         print(f"audit [{index}/{len(jobs)}] {job_dir.name}: {result['status']} ({counts})", file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps(results, indent=2))
