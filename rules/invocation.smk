@@ -47,6 +47,7 @@ def get_unsettled_reason(job):
 
 # before the views' handler is registered, so the patches' exit handler runs after it
 snakemake_process.install()
+snakemake_process.hold_interrupt_in_steps(shell)
 # Only Snakemake's own process (not a job it runs elsewhere), and only in a data root.
 if snakemake_process.is_main_process(workflow):
     snakemake_process.quiet_after_stop()

@@ -2,12 +2,14 @@
 unless RLKEEP_NO_PATCHES says otherwise; the installed Snakemake still has the shape they act on; in
 a real invocation of the pipeline the process leaves its heap out of the last collection and the
 rescheduling timers the finished scheduler left are cancelled (and no other timer), and with the
-switch set neither happens while the run's results stay the same.
+switch set neither happens while the run's results stay the same; a step started under the shell
+prefix holds a Ctrl-C that came while it started until its own handler takes it (no traceback).
 """
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -157,3 +159,50 @@ def test_the_timers_of_the_installed_schedulers_rate_limit_are_cancelled_and_no_
     assert cancel_rescheduling_timers() == 0
 
 
+
+
+STEP_STARTING = """
+import os, signal, sys, time
+os.kill(os.getpid(), signal.SIGINT)  # a Ctrl-C while the step is still starting (blocked: it waits)
+time.sleep(0.2)
+from rlkeep.errors import StepTerminated
+from rlkeep.steps import stop_signals_raise
+try:
+    with stop_signals_raise():
+        time.sleep(5)
+except StepTerminated as stop:
+    print(f"stopped by {stop.signum}")
+    sys.exit(130)
+print("not stopped")
+"""
+
+
+def test_a_step_started_under_the_prefix_holds_a_ctrl_c_until_its_own_handler_takes_it(tmp_path: Path) -> None:
+    prefix = snakemake_process.step_prefix()
+    assert prefix is not None and prefix.startswith(snakemake_process.SNAKEMAKE_BASH_PREFIX)
+    script = tmp_path / "step.py"
+    script.write_text(STEP_STARTING)
+    held = subprocess.run(["bash", "-c", f"{prefix}{sys.executable} {script}"], capture_output=True, text=True,
+                          timeout=60)
+    assert (held.returncode, held.stdout, held.stderr) == (130, f"stopped by {int(signal.SIGINT)}\n", "")
+    # without the prefix the same Ctrl-C meets the start: a KeyboardInterrupt traceback on the terminal
+    bare = subprocess.run(["bash", "-c", f"{snakemake_process.SNAKEMAKE_BASH_PREFIX}{sys.executable} {script}"],
+                          capture_output=True, text=True, timeout=60)
+    assert bare.returncode != 0 and "KeyboardInterrupt" in bare.stderr and bare.stdout == ""
+
+
+def test_no_prefix_where_env_cannot_block_a_signal(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[list[str]] = []
+    assert snakemake_process.step_prefix(probe=lambda argv: asked.append(argv) or 125) is None
+    assert asked == [["env", "--block-signal=INT", "true"]]
+
+    def missing(argv: list[str]) -> int:
+        raise FileNotFoundError(argv[0])
+
+    assert snakemake_process.step_prefix(probe=missing) is None
+    given: list[str] = []
+    assert snakemake_process.hold_interrupt_in_steps(SimpleNamespace(prefix=given.append)) is True
+    assert given == [snakemake_process.step_prefix()]
+    monkeypatch.setattr(snakemake_process, "step_prefix", lambda probe=None: None)
+    assert snakemake_process.hold_interrupt_in_steps(SimpleNamespace(prefix=given.append)) is False
+    assert len(given) == 1  # Snakemake's own prefix stays where env cannot block

@@ -19,6 +19,12 @@ too little to be worth owning was removed: docs/upstream/README.md says which).
   about 140 lines before what matters. From the first SIGINT on, the terminal's log handler (a
   filter, the public logging API) drops Snakemake's lines while its log file keeps them all, and
   the onerror handler prints `stopped_note()`: what was stopped, the log's path, the same command.
+- Not a patch, and on every version: `hold_interrupt_in_steps()`. A terminal's Ctrl-C reaches every
+  process of its group, a step just started too; one still in Snakemake's script preamble or an
+  import would die there and print its KeyboardInterrupt traceback to the terminal. Through
+  Snakemake's public `shell.prefix`, each step starts with SIGINT blocked (coreutils'
+  `env --block-signal`), so a Ctrl-C waits, pending, until the step's own handler is in place
+  (rlkeep.steps.stop_signals_raise unblocks it) and then stops the step as any other stop does.
 - `rescheduling_timers`: Snakemake's job rate limiter arms a non-daemon `threading.Timer` to re-run
   the scheduler after every scheduling round, and the interpreter waits for such a thread before it
   exits. `scheduler_finished()` (the onsuccess and onerror handlers: the scheduler has finished)
@@ -193,6 +199,38 @@ def quiet_after_stop() -> bool:
 
     logging.getLogger(SNAKEMAKE_LOGGER).addFilter(_RunningJobs())
     signal.signal(signal.SIGINT, on_stop)
+    return True
+
+
+# Snakemake's own prefix for bash (it gives it up once a prefix is set); `exec` so that the step is the
+# process Snakemake started and waits on.
+SNAKEMAKE_BASH_PREFIX = "set -euo pipefail; "
+BLOCKED_INTERRUPT_PREFIX = "exec env --block-signal=INT "
+
+
+def step_prefix(probe: Callable[[list[str]], int] | None = None) -> str | None:
+    """The shell prefix every step's command gets: Snakemake's own, then SIGINT blocked until the
+    step unblocks it; None where `env` cannot block a signal (coreutils before 8.31, BSD env)."""
+    import subprocess
+
+    def run(argv: list[str]) -> int:
+        return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, check=False).returncode
+
+    try:
+        works = (probe or run)(["env", "--block-signal=INT", "true"]) == 0
+    except OSError:
+        works = False
+    return SNAKEMAKE_BASH_PREFIX + BLOCKED_INTERRUPT_PREFIX if works else None
+
+
+def hold_interrupt_in_steps(shell: Any) -> bool:
+    """Give Snakemake's `shell` (snakemake.shell.shell, the one the Snakefile sees) the step prefix;
+    whether it could."""
+    prefix = step_prefix()
+    if prefix is None:
+        return False
+    shell.prefix(prefix)
     return True
 
 

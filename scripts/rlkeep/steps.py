@@ -105,6 +105,9 @@ def stop_signals_raise() -> Iterator[None]:
     previous = {signum: signal.signal(signum, _stop_requested) for signum in TERMINATING_SIGNALS
                 if signal.getsignal(signum) is not signal.SIG_IGN}
     try:
+        # A step starts with SIGINT blocked (rlkeep.snakemake_process.step_prefix): one that came
+        # while it started is delivered here, to the handler above.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, previous)
         yield
     finally:
         for signum, handler in previous.items():

@@ -202,8 +202,6 @@ def test_stopped_at_each_point_then_the_same_command_completes(data_root: Path, 
     assert_ends_like_a_clean_run(scenario, reference)
 
 
-@pytest.mark.xfail(reason="a step process that Ctrl-C meets while Python imports (Snakemake's script preamble or the "
-                          "adapter) prints its KeyboardInterrupt traceback to the terminal: issue 44, open", strict=False)
 def test_ctrl_c_of_a_pipeline_run_prints_a_few_lines_and_the_command_that_goes_on(
         data_root: Path, bucket: str, iris, hub_server) -> None:
     """Ctrl-C (SIGINT to the whole process group) while a step works: at most 10 lines follow, naming
