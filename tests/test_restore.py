@@ -207,7 +207,7 @@ def test_without_a_data_root_the_message_says_to_name_the_destination_and_that_w
 
 
 def test_the_rehearsal_writes_only_what_it_compares_and_still_names_a_changed_member(tmp_path: Path) -> None:
-    """The rehearsal's target writes the job files and trainer logs, hands each result.json to its
+    """The rehearsal's target writes the trainer logs only, hands each result.json to its
     reader once its digest is checked, and holds every other member to its MANIFEST digest as it
     streams past, never written."""
     from rlkeep.restore.rehearsal import is_result_member
@@ -239,3 +239,33 @@ def test_the_rehearsal_writes_only_what_it_compares_and_still_names_a_changed_me
     again = restore_archive(location_from_url(dest.as_uri(), JOB), target(tmp_path / "again"))
     assert sorted(line.split(":")[0] for line in again.extraction.corrupt) == sorted(victims)
     assert results[0] not in read  # a changed result.json never reaches the comparison
+
+
+def test_job_files_are_compared_by_the_manifest_digest_or_by_their_restored_copy(tmp_path: Path) -> None:
+    """A job file whose local bytes are not the archived ones is named, whether the MANIFEST carries
+    its digest (nothing written) or, in one written before digests, by the copy restored to scratch."""
+    from rlkeep.archive.manifest import ManifestEntry
+    from rlkeep.restore.rehearsal import differing_job_files
+    from rlkeep.restore.step import written_member
+
+    local = tmp_path / "chain.json"
+    local.write_bytes(b'{"attempts": ["a"]}')
+    digest = hashlib.sha256(local.read_bytes()).hexdigest()
+    member = "rlkeep/chain.json"
+    entries = {member: ManifestEntry(member, local.stat().st_size, None, digest)}
+    tree = tmp_path / "tree"
+    assert differing_job_files(tree, entries, [(member, local)]) == []
+    assert not written_member(entries)(member)
+    local.write_bytes(b'{"attempts": ["b"]}')
+    assert differing_job_files(tree, entries, [(member, local)]) == [f"{member}: restored bytes differ from {local}"]
+    assert differing_job_files(tree, {}, [(member, local)])[0].startswith(f"{member}: not kept in the archive")
+
+    undigested = {member: ManifestEntry(member, local.stat().st_size, None, None)}
+    assert written_member(undigested)(member)  # written to scratch so that it can be compared
+    assert differing_job_files(tree, undigested, [(member, local)]) == [
+        f"{member}: not restored (the archive was built with {local})"]
+    (tree / "rlkeep").mkdir(parents=True)
+    (tree / member).write_bytes(b'{"attempts": ["a"]}')
+    assert differing_job_files(tree, undigested, [(member, local)]) == [f"{member}: restored bytes differ from {local}"]
+    (tree / member).write_bytes(local.read_bytes())
+    assert differing_job_files(tree, undigested, [(member, local)]) == []

@@ -3,7 +3,7 @@
 - every regular file of the sync tars is in the MANIFEST, kept (and so restored and checked) or
   skipped with its reason;
 - the job files the archive carries (`rlkeep/...`: chain.json, the sync manifests, the record)
-  have the local files' bytes;
+  have the local files' bytes (the MANIFEST's digest, checked as each member streamed past);
 - the run's own tools agree: the metric surface rebuilt from the restored trainer logs, and the
   trial table rebuilt from the restored trace tree, equal `metrics/metrics.csv` and
   `metrics/trials.csv` byte for byte.
@@ -35,12 +35,21 @@ def unaccounted_sync_members(sources: Sequence[tuple[str, Path]], entries: Mappi
     return problems
 
 
-def differing_job_files(tree: Path, job_files: Sequence[tuple[str, Path]]) -> list[str]:
-    """Job files (archive member, local path) whose restored copy is missing or has other bytes."""
+def differing_job_files(tree: Path, entries: Mapping[str, ManifestEntry],
+                        job_files: Sequence[tuple[str, Path]]) -> list[str]:
+    """Job files (archive member, local path) whose archived bytes differ from the local file's. By the
+    MANIFEST's digest, which the restore held the member to as it streamed past, so the file is never
+    written; from a MANIFEST written before digests, by the copy restored into `tree`."""
     problems: list[str] = []
     for member, local in job_files:
+        entry = entries.get(member)
         restored = tree / member
-        if not restored.is_file():
+        if entry is None or entry.reason is not None:
+            problems.append(f"{member}: not kept in the archive's MANIFEST (the archive was built with {local})")
+        elif entry.sha256 is not None:
+            if entry.sha256 != sha256_file(local):
+                problems.append(f"{member}: restored bytes differ from {local}")
+        elif not restored.is_file():
             problems.append(f"{member}: not restored (the archive was built with {local})")
         elif sha256_file(restored) != sha256_file(local):
             problems.append(f"{member}: restored bytes differ from {local}")

@@ -9,7 +9,7 @@ import shutil
 import time
 from collections.abc import Callable
 
-from rlkeep.archive.manifest import iter_manifest_entries
+from rlkeep.archive.manifest import ManifestEntry, iter_manifest_entries
 from rlkeep.pipeline import ARCHIVED_JOB_FILES
 from rlkeep.diskspace import TAR_OVERHEAD_PER_MEMBER, require_free
 from rlkeep.errors import RlkeepError
@@ -40,39 +40,48 @@ def _fresh_folder(ctx: StepContext, name: str, keep: Callable[[str], bool] = lam
 
 
 def compared_member(member: str) -> bool:
-    """The archive members the rehearsal's comparisons read from files: the job files and the
-    trainer logs (the trials' result.json are read as they stream past; every other member is
-    checked by its digest alone)."""
+    """The archive members the rehearsal writes to scratch: the trainer logs, which the metric surface
+    reads as files. The trials' result.json are read as they stream past; the job files are compared
+    by their MANIFEST digest; every other member is checked by its digest alone."""
     parts = member.split("/")
-    return parts[0] == "rlkeep" or (parts[:2] == ["logs", "attempts"] and parts[-1] == "trainer.log")
+    return parts[:2] == ["logs", "attempts"] and parts[-1] == "trainer.log"
+
+
+def written_member(entries: dict[str, ManifestEntry]) -> Callable[[str], bool]:
+    """compared_member, and the job files too where the MANIFEST has no digest to compare them by
+    (one written before the column)."""
+    undigested = {member for member, entry in entries.items() if member.startswith("rlkeep/") and entry.sha256 is None}
+    return lambda member: compared_member(member) or member in undigested
 
 
 def rehearse_restore_step(ctx: StepContext) -> None:
     """`<job>/verify/restore.json`: the archive, read again from its destination (streamed, never
     stored whole), restores with every member held to the MANIFEST's size and digest as it streams,
-    and agrees with its sources (rlkeep.restore.rehearsal). Only the files the comparisons read are
-    written to scratch, so the rehearsal never holds a second copy of the trace tree. Reclamation
+    and agrees with its sources (rlkeep.restore.rehearsal). Only the trainer logs, which the metric
+    surface reads as files, are written to scratch: the rehearsal never holds a second copy of the
+    trace tree or of the job files. Reclamation
     waits on this sentinel; any disagreement fails the step naming the file."""
     from rlkeep.metrics.trials import trial_from_result
 
     started = time.monotonic()
     spec = ctx.record.spec
-    tree = _fresh_folder(ctx, ".work/rehearse_restore/tree", compared_member)
+    entries = {e.member: e for e in iter_manifest_entries(ctx.inputs["manifest"])}
+    written = written_member(entries)
+    tree = _fresh_folder(ctx, ".work/rehearse_restore/tree", written)
     rows: list[dict] = []
     results = (lambda member: is_result_member(member, spec.archive_tree)) if spec.archive_tree else (lambda member: False)
-    target = ComparingTarget(tree, compared_member, reads=results,
+    target = ComparingTarget(tree, written, reads=results,
                              read=lambda member, data: rows.append(trial_from_result(member.split("/")[1], data)))
     try:
         restored = restore_archive(location_from_job_dir(ctx.job_dir, ctx.job), target)
         problems = list(restored.problems)
         if restored.manifest_bytes != ctx.inputs["manifest"].read_bytes():
             problems.append(f"the MANIFEST at {restored.manifest_source} differs from {ctx.inputs['manifest']}")
-        entries = {e.member: e for e in iter_manifest_entries(ctx.inputs["manifest"])}
         sources = [("logs", ctx.inputs["logs"])]
         if spec.archive_tree is not None:
             sources.append((spec.archive_tree, ctx.inputs["traces"]))
         problems += unaccounted_sync_members(sources, entries)
-        problems += differing_job_files(tree, [(f"rlkeep/{name}", ctx.inputs[key])
+        problems += differing_job_files(tree, entries, [(f"rlkeep/{name}", ctx.inputs[key])
                                                for name, key in ARCHIVED_JOB_FILES if key in ctx.inputs])
         tools = []
         if "metrics" in ctx.inputs:
