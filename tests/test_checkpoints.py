@@ -361,7 +361,7 @@ def test_no_complete_checkpoint_lists_the_reasons(tmp_path):
 
 def step_context(tmp_path: Path, store_root: Path, *, rule: str = "", brk: str = "", job: str = "rl-swe"):
     from rlkeep.records import load_record
-    from rlkeep.steps import StepContext
+    from rlkeep.context import StepContext
 
     records = tmp_path / "records"
     records.mkdir(exist_ok=True)

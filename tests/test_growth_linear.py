@@ -32,7 +32,7 @@ from rlkeep.restore.run import restore_archive
 from rlkeep.restore.source import location_from_url
 from rlkeep.restore.step import compared_member
 from rlkeep.restore.targets import ComparingTarget
-from rlkeep.steps import StepContext
+from rlkeep.context import StepContext
 from rlkeep.storage import open_store
 from rlkeep.sync import TarOutput, TarStats, stream_objects_into_tar, trial_counts
 from rlkeep.traces import build_trace_dataset

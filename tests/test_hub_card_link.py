@@ -14,7 +14,7 @@ from rlkeep.hub import (
 )
 from rlkeep.jsonio import read_json, write_json
 from rlkeep.records import validate_record_data
-from rlkeep.steps import StepContext
+from rlkeep.context import StepContext
 from tests.support.hub import new_token, running_hub
 from tests.test_hub import pending_model_files, write_tree
 

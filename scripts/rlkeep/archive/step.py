@@ -15,7 +15,8 @@ from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import read_json, write_json
 from rlkeep.pipeline import ARCHIVED_JOB_FILES
 from rlkeep.regions import store_to_archive
-from rlkeep.steps import StepContext, check_transfer
+from rlkeep.context import StepContext
+from rlkeep.regions import check_transfer
 
 log = logging.getLogger("rlkeep.archive")
 

@@ -10,7 +10,7 @@ from rlkeep.metrics.parse import ParsedLog
 from rlkeep.metrics.report import SURFACE_FILES, TRIAL_FILES, write_all, render_surface, render_trials
 from rlkeep.metrics.surface import AttemptWithoutMetrics, read_attempt, surface_from_parsed
 from rlkeep.metrics.trials import trials_from_results
-from rlkeep.steps import StepContext
+from rlkeep.context import StepContext
 
 
 # --------------------------------------------------------------------------- pipeline step

@@ -24,7 +24,7 @@ from rlkeep.restore.rehearsal import (
 from rlkeep.restore.run import restore_archive
 from rlkeep.restore.source import location_from_job_dir
 from rlkeep.restore.targets import ComparingTarget, LocalTarget
-from rlkeep.steps import StepContext
+from rlkeep.context import StepContext
 
 log = logging.getLogger("rlkeep.restore")
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from rlkeep.errors import SchedulerError
 from rlkeep.jsonio import read_json, write_json
 from rlkeep.records import JobRecord
-from rlkeep.steps import StepContext
+from rlkeep.context import StepContext
 
 if TYPE_CHECKING:  # rlkeep.scheduler.iris_cli imports this module
     from rlkeep.scheduler.iris_cli import IrisCli

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlkeep.scheduler.interface import Scheduler, StopJournal
-from rlkeep.steps import StepContext, not_applicable
+from rlkeep.context import StepContext, not_applicable
 
 
 class NoScheduler(Scheduler):

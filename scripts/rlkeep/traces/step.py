@@ -7,7 +7,7 @@ from typing import Any
 
 from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import read_json
-from rlkeep.steps import StepContext
+from rlkeep.context import StepContext
 from rlkeep.traces.build import build_trace_dataset
 from rlkeep.traces.card import CardInfo
 from rlkeep.traces.coverage import DEFAULT_MIN_COVERAGE

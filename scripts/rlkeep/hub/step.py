@@ -21,7 +21,8 @@ from rlkeep.hub.traces import MANIFEST_NAME, replace_trace_shards, verify_trace_
 from rlkeep.hub.trees import CARD_NAME, tree_bytes
 from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
 from rlkeep.redaction import redact_tree, redactor_from_environment
-from rlkeep.steps import StepContext, check_transfer, not_applicable
+from rlkeep.context import StepContext, not_applicable
+from rlkeep.regions import check_transfer
 
 log = logging.getLogger(__name__)
 
