@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rlkeep.context import StepContext, is_authorized
 from rlkeep.errors import RlkeepError
 from rlkeep.kinds import KINDS
 from rlkeep.pipeline import PIPELINE, STEPS, step_for_rule
 from rlkeep.records import load_record
 from rlkeep.step_cli import function_reference, load_function, rule_for_target
-from rlkeep.context import StepContext, is_authorized
 from tests.conftest import REPO, run_snakemake, seed_example
 from tests.test_public_apis import snakefile_as_python
 

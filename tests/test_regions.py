@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from rlkeep.context import StepContext
 from rlkeep.errors import RlkeepError
 from rlkeep.records import validate_record_data
 from rlkeep.regions import Region, local_region, store_to_local
-from rlkeep.context import StepContext
 from rlkeep.storage import open_store
 from rlkeep.sync.step import sync_traces_step
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rlkeep.context import StepContext
 from rlkeep.errors import RecordError, RlkeepError, TransientError
 from rlkeep.records import load_record
-from rlkeep.context import StepContext
 from rlkeep.runner import run_step
 from rlkeep.storage.failures import StoreUnavailable
 from tests.conftest import REPO, run_snakemake, write_record

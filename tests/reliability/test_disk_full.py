@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from rlkeep.diskspace import free_bytes
 from rlkeep.context import StepContext
+from rlkeep.diskspace import free_bytes
 from rlkeep.runner import _close_log, run_step
 from rlkeep.storage import open_store
 from tests.reliability import figures_log

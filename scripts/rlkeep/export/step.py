@@ -5,11 +5,11 @@ import os
 import shutil
 from typing import Any
 
+from rlkeep.context import StepContext
 from rlkeep.errors import RlkeepError
 from rlkeep.export.consolidate import consolidate
 from rlkeep.export.detect import choose_source
 from rlkeep.export.layout import log
-from rlkeep.context import StepContext
 
 
 def _step_listing(store: Any, prefix: str) -> dict[str, int]:

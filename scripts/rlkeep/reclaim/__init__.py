@@ -19,7 +19,6 @@ from typing import Any
 
 from rlkeep.errors import RlkeepError, StoreError
 from rlkeep.jsonio import read_json, write_json
-from rlkeep.pipeline import verify_sentinels
 from rlkeep.storage import FileStore, S3Store, Store, check_key, open_store, s3_client
 
 PRESENT_STATUSES = ("completed", "not_applicable")

@@ -8,8 +8,8 @@ from rlkeep.archive import iter_manifest_entries
 from rlkeep.context import StepContext
 from rlkeep.jsonio import read_json, write_json
 from rlkeep.pipeline import verify_sentinels
-from rlkeep.sync import is_weight_or_dump
 from rlkeep.reclaim import execute_reclaim, plan_id, plan_reclaim, preservation, reclaim_decision
+from rlkeep.sync import is_weight_or_dump
 
 
 def reclaim_step(ctx: StepContext) -> None:

@@ -11,9 +11,9 @@ from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import write_json
 from rlkeep.regions import check_transfer, store_to_local
 from rlkeep.storage import open_store
-from rlkeep.tarstream import TarOutput, TarStats, add_bytes, refuse_denied, stream_objects_into_tar
 from rlkeep.sync import (chain_attempts, check_run_space, enforce_skip_policy, is_weight_or_dump, line_count,
                          parse_exclusions, trainer_logs, trial_counts)
+from rlkeep.tarstream import TarOutput, TarStats, add_bytes, refuse_denied, stream_objects_into_tar
 
 log = logging.getLogger(__name__)
 
