@@ -3,21 +3,46 @@
 #     snakemake --profile iris <job>/DONE
 #
 # The working directory is the data root: records/<job>.yaml in, <job>/... out.
-# Every artifact is a file target (docs/contract.md §4); where each one is made:
-#   <job>/chain.json, <job>/retries.json ............... rules/capture.smk
-#   <job>/sync/{logs,trace_jobs}.tar + .manifest.json .. rules/sync.smk
-#   <job>/checkpoint/candidates.json, selected.json .... rules/checkpoint.smk
-#   <job>/metrics/metrics.csv, report.md, reward.png ... rules/checkpoint.smk (metric_surface: logs)
-#   <job>/metrics/trials.csv, trials.md ............... rules/checkpoint.smk (trial_table: traces)
-#   <job>/metrics/vllm.csv, batch_errors.csv, generation.md, vllm.png  rules/generation.smk (logs)
-#   <job>/model/, <job>/export.json ................... rules/export.smk
-#   <job>/stage/model/, verify/model_upload.json ...... rules/publish.smk (model on the Hub)
-#   <job>/verify/model.json ........................... rules/publish.smk (card links verified traces)
-#   <job>/stage/traces/, verify/traces.json ........... rules/publish.smk
-#   <job>/archive/<job>_archive.tgz, MANIFEST .......... rules/archive.smk
-#   <job>/verify/archive.json, register.json, reclaim.json  rules/archive.smk
-#   <job>/verify/restore.json, <job>/restore/DONE ...... rules/archive.smk (restore rehearsal, restore)
-#   <job>/DONE, <job>/REPORT.md ........................ rules/report.smk
+# Every artifact is a file target (docs/contract.md §4). Each one, the rules file that makes it and
+# its rule (tests/test_pipeline_table.py checks this list against the rules' outputs):
+#   <job>/chain.json                     rules/capture.smk     capture_chain
+#   <job>/retries.json                   rules/capture.smk     stop_retries
+#   <job>/sync/logs.tar                  rules/sync.smk        sync_logs
+#   <job>/sync/logs.manifest.json        rules/sync.smk        sync_logs
+#   <job>/sync/trace_jobs.tar            rules/sync.smk        sync_traces
+#   <job>/sync/trace_jobs.manifest.json  rules/sync.smk        sync_traces
+#   <job>/checkpoint/candidates.json     rules/checkpoint.smk  list_checkpoints
+#   <job>/metrics/metrics.csv            rules/checkpoint.smk  metric_surface
+#   <job>/metrics/superseded.csv         rules/checkpoint.smk  metric_surface
+#   <job>/metrics/eval.csv               rules/checkpoint.smk  metric_surface
+#   <job>/metrics/attempts.json          rules/checkpoint.smk  metric_surface
+#   <job>/metrics/report.md              rules/checkpoint.smk  metric_surface
+#   <job>/metrics/reward.png             rules/checkpoint.smk  metric_surface
+#   <job>/metrics/trials.csv             rules/checkpoint.smk  trial_table
+#   <job>/metrics/trials.md              rules/checkpoint.smk  trial_table
+#   <job>/checkpoint/selected.json       rules/checkpoint.smk  select_checkpoint
+#   <job>/metrics/vllm.csv               rules/generation.smk  generation_stats
+#   <job>/metrics/batch_errors.csv       rules/generation.smk  generation_stats
+#   <job>/metrics/generation.md          rules/generation.smk  generation_stats
+#   <job>/metrics/vllm.png               rules/generation.smk  generation_stats
+#   <job>/model/                         rules/export.smk      export_model
+#   <job>/export.json                    rules/export.smk      export_model
+#   <job>/stage/model/                   rules/publish.smk     stage_model
+#   <job>/stage/model.redaction.json     rules/publish.smk     stage_model
+#   <job>/verify/model_upload.json       rules/publish.smk     publish_model
+#   <job>/stage/traces/                  rules/publish.smk     stage_traces
+#   <job>/verify/traces.json             rules/publish.smk     publish_traces
+#   <job>/verify/model.json              rules/publish.smk     link_model_card
+#   <job>/archive/<job>_archive.tgz      rules/archive.smk     archive
+#   <job>/archive/MANIFEST               rules/archive.smk     archive
+#   <job>/verify/archive.json            rules/archive.smk     verify_archive
+#   <job>/verify/restore.json            rules/archive.smk     rehearse_restore
+#   <job>/restore/DONE                   rules/archive.smk     restore
+#   <job>/register.json                  rules/archive.smk     register
+#   <job>/reclaim.json                   rules/archive.smk     reclaim
+#   <job>/DONE                           rules/report.smk      done
+#   <job>/REPORT.md                      rules/report.smk      done
+# <job>/restore/DONE is made on demand (docs/restore.md), not for DONE.
 # Shared: records and input functions in rules/common.smk, each step's params in rules/params.smk.
 # Not targets: <job>/STATUS.json and campaign/ (index.html, <job>.html, refused.json) are written at
 # the end of every invocation by rlkeep/campaign/writer.py (rules/invocation.smk), and by `rlkeep campaign`.

@@ -1,4 +1,4 @@
-# vLLM utilisation and batch errors from the raw trainer lines in logs.tar (rlkeep/generation_stats.py):
+# vLLM utilisation and batch errors from the raw trainer lines in logs.tar (rlkeep/generation_stats/):
 # report material the metric surface does not carry. Off the model path: nothing but DONE waits on
 # it, and it reads logs.tar only, so selection and export never wait on it.
 

@@ -3,7 +3,7 @@
 
 from rlkeep.chain_recapture import recapture_settings
 from rlkeep.jsonio import key_sorted
-from rlkeep.steps import is_authorized
+from rlkeep.context import is_authorized
 
 
 def get_chain_settings(wildcards):

@@ -12,8 +12,9 @@ import tarfile
 from pathlib import Path
 
 from tests.conftest import REPO, seed_example
+from tests.test_pipeline_table import ADAPTER, FUNCTION_HOME
 
-ROW = '''    Step("check_notes", ALL_KINDS, "rlkeep.notes_check:check_notes_step", evidence="verify/notes.json",
+ROW = '''    Step("check_notes", ALL_KINDS, "rlkeep.notes.step:check_notes_step", evidence="verify/notes.json",
          verify="notes", remaining="fix the notes named in the log, then rerun", after=("capture_chain",),
          archived=(("notes", "verify/notes.json"),)),
 '''
@@ -32,6 +33,9 @@ rule check_notes:
     script:
         "../scripts/steps/check_notes.py"
 '''
+# A new concern's package (an existing concern's step would go into its package's step module).
+CONCERN = '''"""A fake concern: notes on a run's chain."""
+'''
 STEP_MODULE = '''"""A fake step: the attempts the chain names, as a verify sentinel."""
 from rlkeep.jsonio import read_json, write_json
 
@@ -44,7 +48,7 @@ def check_notes_step(ctx):
 
 def workflow_with_a_new_step(tmp_path: Path) -> Path:
     """A copy of the workflow with one more step: its row, its rule and its step module (the adapter
-    is the same two lines for every rule)."""
+    is the same for every rule but its docstring)."""
     copy = tmp_path / "workflow"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for name in ("rules", "scripts", "config", "envs", "report"):
@@ -52,13 +56,16 @@ def workflow_with_a_new_step(tmp_path: Path) -> Path:
     shutil.copy(REPO / "Snakefile", copy / "Snakefile")
     table = copy / "scripts/rlkeep/pipeline.py"
     text = table.read_text()
+    assert FUNCTION_HOME.search(ROW)  # the new row follows the one convention, as every row does
     anchor = '    Step("done", ALL_KINDS'
     assert text.count(anchor) == 1
     table.write_text(text.replace(anchor, ROW + anchor))
     with (copy / "rules/archive.smk").open("a") as rules:
         rules.write(RULE)
-    (copy / "scripts/rlkeep/notes_check.py").write_text(STEP_MODULE)
-    shutil.copy(copy / "scripts/steps/archive.py", copy / "scripts/steps/check_notes.py")
+    (copy / "scripts/rlkeep/notes").mkdir()
+    (copy / "scripts/rlkeep/notes/__init__.py").write_text(CONCERN)
+    (copy / "scripts/rlkeep/notes/step.py").write_text(STEP_MODULE)
+    (copy / "scripts/steps/check_notes.py").write_text(ADAPTER.format(rule="check_notes", rules_file="archive.smk"))
     return copy
 
 

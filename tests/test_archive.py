@@ -411,7 +411,7 @@ def test_upload_to_a_file_destination(tmp_path: Path) -> None:
 
 def archive_step_context(root: Path, bucket: str, *, store_region: str | None, archive_region: str | None,
                          config: dict | None = None):
-    from rlkeep.steps import StepContext
+    from rlkeep.context import StepContext
 
     _, tgz, manifest = build(root)
     archive = {"dest": f"s3://{bucket}/archives"} | ({"region": archive_region} if archive_region else {})

@@ -22,7 +22,7 @@ from rlkeep.records import load_record
 from rlkeep.scheduler.iris import IrisScheduler
 from rlkeep.scheduler.none import NoScheduler
 from rlkeep.scheduler.slurm import SlurmScheduler
-from rlkeep.scheduler.steps import split_excluded
+from rlkeep.scheduler.step import split_excluded
 from tests.conftest import IrisStandin, run_snakemake, seed_example
 
 JOB = "rl-demo"

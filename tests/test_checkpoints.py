@@ -360,8 +360,8 @@ def test_no_complete_checkpoint_lists_the_reasons(tmp_path):
 # --------------------------------------------------------------------------- pipeline steps
 
 def step_context(tmp_path: Path, store_root: Path, *, rule: str = "", brk: str = "", job: str = "rl-swe"):
+    from rlkeep.context import StepContext
     from rlkeep.records import load_record
-    from rlkeep.steps import StepContext
 
     records = tmp_path / "records"
     records.mkdir(exist_ok=True)

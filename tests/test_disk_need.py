@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from rlkeep.context import StepContext
 from rlkeep.diskspace import FREE_BYTES_ENV, MODEL_COPIES, TAR_OVERHEAD_PER_MEMBER, DiskFullError, run_space_need
 from rlkeep.records import validate_record_data
 from rlkeep.report import build_status
-from rlkeep.steps import StepContext
 from rlkeep.storage import open_store
-from rlkeep.sync import is_weight_or_dump, sync_logs_step, sync_traces_step
+from rlkeep.sync import is_weight_or_dump
+from rlkeep.sync.step import sync_logs_step, sync_traces_step
 
 SYNC_SETTINGS = {"workers": 4, "max_inflight_mb": 4, "skip_policy": {"max_missing_after_listing": 0}}
 TREE = {

@@ -22,6 +22,7 @@ from typing import Any
 
 from rlkeep.archive.manifest import MANIFEST_MEMBER, parse_manifest
 from rlkeep.archive.step import archive_sync_tars
+from rlkeep.context import StepContext
 from rlkeep.metrics.report import TRIAL_FILES
 from rlkeep.metrics.step import trial_table_step
 from rlkeep.metrics.trials import trial_from_result
@@ -32,7 +33,6 @@ from rlkeep.restore.run import restore_archive
 from rlkeep.restore.source import location_from_url
 from rlkeep.restore.step import compared_member
 from rlkeep.restore.targets import ComparingTarget
-from rlkeep.steps import StepContext
 from rlkeep.storage import open_store
 from rlkeep.sync import TarOutput, TarStats, stream_objects_into_tar, trial_counts
 from rlkeep.traces import build_trace_dataset

@@ -12,9 +12,9 @@ from huggingface_hub import HfApi
 from rlkeep.hub import (
     TRACES_HEADING, TRACES_PENDING, check_publication_main, link_model_card_step, markdown_section, publish_model,
 )
+from rlkeep.context import StepContext
 from rlkeep.jsonio import read_json, write_json
 from rlkeep.records import validate_record_data
-from rlkeep.steps import StepContext
 from tests.support.hub import new_token, running_hub
 from tests.test_hub import pending_model_files, write_tree
 

@@ -1,7 +1,8 @@
 """The core has no knot: the record model (rlkeep.records) knows no scheduler and no step table, and
-no import cycle joins records, kinds, pipeline, steps and the scheduler package. Read from the
-source (every import a process can run, at the top or inside a function; TYPE_CHECKING blocks
-are for type checkers only), followed through every rlkeep module in between.
+no import cycle joins records, kinds, pipeline, the step context, the runner, regions (the transfer
+check) and the scheduler package. Read from the source (every import a process can run, at the top
+or inside a function; TYPE_CHECKING blocks are for type checkers only), followed through every
+rlkeep module in between.
 """
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "scripts" / "rlkeep"
-CORE = ("rlkeep.records", "rlkeep.kinds", "rlkeep.pipeline", "rlkeep.steps", "rlkeep.scheduler")
+CORE = ("rlkeep.records", "rlkeep.kinds", "rlkeep.pipeline", "rlkeep.context", "rlkeep.runner", "rlkeep.regions",
+        "rlkeep.scheduler")
 
 
 def module_name(path: Path) -> str:
@@ -77,7 +79,7 @@ def test_no_import_cycle_joins_the_core_modules() -> None:
 def test_the_graph_reader_sees_imports_inside_functions_and_skips_type_checking(tmp_path: Path) -> None:
     """Guards the reader itself: a cycle hidden in a deferred import still counts."""
     source = tmp_path / "probe.py"
-    source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rlkeep.steps import StepContext\n"
+    source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rlkeep.context import StepContext\n"
                       "def f():\n    from rlkeep.scheduler.named import SCHEDULERS\n")
-    assert runtime_imports(source, {"rlkeep.steps", "rlkeep.scheduler", "rlkeep.scheduler.named"}) == {
+    assert runtime_imports(source, {"rlkeep.context", "rlkeep.scheduler", "rlkeep.scheduler.named"}) == {
         "rlkeep.scheduler", "rlkeep.scheduler.named"}

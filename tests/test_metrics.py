@@ -528,8 +528,8 @@ def test_metric_surface_and_trial_table_steps_read_their_own_tars(tmp_path, monk
     import tarfile
 
     from rlkeep import metrics
+    from rlkeep.context import StepContext
     from rlkeep.records import load_record
-    from rlkeep.steps import StepContext
 
     job = "rl-swe"
     (tmp_path / "records").mkdir()
@@ -574,8 +574,8 @@ def dead_chain_context(tmp_path, logs_by_attempt: dict[str, bytes], states: dict
     import tarfile
 
     from rlkeep import metrics
+    from rlkeep.context import StepContext
     from rlkeep.records import load_record
-    from rlkeep.steps import StepContext
     from rlkeep.sync import line_count
 
     chain = "".join(f"  - /u/{slug}\n" for slug in logs_by_attempt)
@@ -675,8 +675,8 @@ def test_metric_surface_step_names_a_missing_attempt_log(tmp_path):
     import tarfile
 
     from rlkeep import metrics
+    from rlkeep.context import StepContext
     from rlkeep.records import load_record
-    from rlkeep.steps import StepContext
 
     (tmp_path / "rl-swe.yaml").write_text(
         "job: rl-swe\nuser: u\nscheduler: none\nchain:\n  - /u/rl-swe\n  - /u/rl-swe-r1\n"

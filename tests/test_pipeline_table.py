@@ -1,5 +1,6 @@
-"""rlkeep.pipeline, the one step table: every rule has its row and its own adapter, which alone names its function,
-and says why it takes its inputs; one authorization answer for the Snakefile and the steps;
+"""rlkeep.pipeline, the one step table: every rule has its row and its own adapter, the same for every rule, and
+says why it takes its inputs; every row's function lives where the one convention says; the Snakefile's
+target map is the rules' outputs; one authorization answer for the Snakefile and the steps;
 and a data root made by the revision before the table (rules named their function in `params: run=`)
 plans "Nothing to be done" after the one-time migration README describes (`--touch`).
 """
@@ -17,14 +18,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rlkeep.context import StepContext, is_authorized
 from rlkeep.errors import RlkeepError
 from rlkeep.kinds import KINDS
 from rlkeep.pipeline import PIPELINE, STEPS, step_for_rule
 from rlkeep.records import load_record
 from rlkeep.step_cli import function_reference, load_function, rule_for_target
-
-from rlkeep.steps import StepContext, is_authorized
 from tests.conftest import REPO, run_snakemake, seed_example
+from tests.test_public_apis import snakefile_as_python
 
 ADAPTERS = REPO / "scripts" / "steps"
 
@@ -32,6 +33,17 @@ ADAPTERS = REPO / "scripts" / "steps"
 # carry that string in every output's recorded params).
 BEFORE_TABLE = "3f7c52a"
 JOB = "rl-demo"
+
+
+# Every adapter, scripts/steps/<rule>.py, is exactly this: what a rule makes is said once, in the rule.
+ADAPTER = '''"""Rule {rule} (rules/{rules_file}): runs its row's function in the step table."""
+from rlkeep.runner import RuleProcess
+
+RuleProcess(snakemake).run_rule_function()  # noqa: F821 - injected by Snakemake's script preamble
+'''
+# Where a step's function lives (rlkeep.pipeline's docstring, docs/layout.md): the `step` module of the
+# package of its concern, named after its rule.
+FUNCTION_HOME = re.compile(r"rlkeep\.(?P<concern>\w+)\.step:(?P<function>\w+)")
 
 
 def rule_names() -> set[str]:
@@ -77,18 +89,74 @@ def test_every_rule_has_one_row_and_runs_its_own_adapter() -> None:
         step_for_rule("publish_modle")
 
 
+def rules_files() -> dict[str, str]:
+    """{rule: the rules file (rules/<name>.smk) that holds it}."""
+    return {rule: smk.name for smk in (REPO / "rules").glob("*.smk")
+            for rule in re.findall(r"^rule (\w+):", smk.read_text(), re.M)}
+
+
+def test_every_adapter_is_the_one_template() -> None:
+    """An adapter names its rule and rules file, nothing else: no list of outputs to fall out of date."""
+    homes = rules_files()
+    for path in ADAPTERS.glob("*.py"):
+        assert path.read_text() == ADAPTER.format(rule=path.stem, rules_file=homes[path.stem]), path
+
+
+def test_every_row_follows_the_one_convention_for_where_its_function_lives() -> None:
+    """`rlkeep.<concern>.step:<rule>_step`, <concern> a package under scripts/rlkeep/: from a rule's
+    name a reader knows the function's name, and the row says which package owns it."""
+    for step in PIPELINE:
+        found = FUNCTION_HOME.fullmatch(step.function)
+        assert found, f"{step.name}: {step.function!r} is not rlkeep.<concern>.step:<rule>_step"
+        assert found["function"] == f"{step.name}_step", (step.name, step.function)
+        assert (REPO / "scripts" / "rlkeep" / found["concern"] / "__init__.py").is_file(), step.function
+    assert not FUNCTION_HOME.fullmatch("rlkeep.sync:sync_logs_step")  # a top-level module is no concern package
+    assert not FUNCTION_HOME.fullmatch("rlkeep.hub.steps:stage_model_step")
+
+
+def rule_outputs() -> set[tuple[str, str, str]]:
+    """(output with <job> for {job}, its rules file, its rule) of every rule, read from the Python
+    Snakemake compiles each rules file to; a directory() output ends in '/'."""
+    def path_of(node: ast.expr) -> str:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value.replace("{job}", "<job>")
+        assert isinstance(node, ast.Call) and isinstance(node.func, ast.Name), ast.unparse(node)
+        return path_of(node.args[0]) + ("/" if node.func.id == "directory" else "")  # report(), temp(), ...
+
+    found = set()
+    for smk in (REPO / "rules").glob("*.smk"):
+        for function in ast.walk(ast.parse(snakefile_as_python(smk))):
+            calls = {ast.unparse(d.func): d for d in getattr(function, "decorator_list", []) if isinstance(d, ast.Call)}
+            if "workflow.rule" in calls and "workflow.output" in calls:
+                rule = next(k.value.value for k in calls["workflow.rule"].keywords if k.arg == "name")
+                outputs = calls["workflow.output"]
+                for node in [*outputs.args, *(k.value for k in outputs.keywords)]:
+                    found.add((path_of(node), f"rules/{smk.name}", rule))
+    return found
+
+
+def test_the_snakefiles_target_map_is_every_rules_outputs() -> None:
+    """The header's list (target, rules file, rule) is kept by hand for a newcomer: every output of
+    every rule appears with its rules file and rule, and nothing no rule makes is listed."""
+    header = (REPO / "Snakefile").read_text().split("from snakemake", 1)[0]
+    listed = set()
+    for line in header.splitlines():
+        if line.startswith("#   <job>/"):
+            fields = line[1:].split()
+            assert len(fields) == 3 and fields[1].startswith("rules/"), line
+            listed.add(tuple(fields))
+    made = rule_outputs()
+    assert {"<job>/model/", "<job>/metrics/metrics.csv"} <= {path for path, _, _ in made}  # the reader reads
+    assert sorted(made - listed) == [], "outputs missing from the Snakefile's header"
+    assert sorted(listed - made) == [], "the Snakefile's header lists what no rule makes (or the wrong rule)"
+
+
 def test_every_row_names_its_step_function_in_the_module_that_defines_it() -> None:
     """The `function` column is the function's own module and name (go to definition lands on it): a
     renamed or moved function fails here, not in a run. Every adapter runs the row's function, and
     `rlkeep step` reads the same column."""
-    for path in ADAPTERS.glob("*.py"):
-        code = path.read_text()
-        assert "RuleProcess(snakemake).run_rule_function()" in code and "import" not in code.split(
-            "from rlkeep.steps import RuleProcess", 1)[1], path
     for step in PIPELINE:
         reference = function_reference(step.name)
-        module, colon, name = reference.partition(":")
-        assert colon and module.startswith("rlkeep.") and name.endswith("_step"), (step.name, reference)
         function = load_function(reference)
         assert callable(function) and f"{function.__module__}:{function.__name__}" == reference, (step, function)
         assert rule_for_target(reference) == step.name
@@ -134,10 +202,10 @@ def test_planning_imports_no_heavy_library() -> None:
 @pytest.mark.parametrize("rule", ["capture_chain", "sync_logs", "list_checkpoints", "select_checkpoint",
                                   "export_model", "verify_archive", "reclaim", "done"])
 def test_a_step_process_imports_only_what_its_step_uses(rule: str) -> None:
-    """An adapter's path: rlkeep.steps, then its function's own module; none of these steps uses a
+    """An adapter's path: rlkeep.runner, then its function's own module; none of these steps uses a
     HEAVY library at import (export imports torch only to read a sharded checkpoint)."""
     module, _, name = function_reference(rule).partition(":")
-    loaded = heavy_modules_after(f"import rlkeep.steps\nfrom {module} import {name}")
+    loaded = heavy_modules_after(f"import rlkeep.runner\nfrom {module} import {name}")
     assert loaded == []
 
 
@@ -216,7 +284,7 @@ def test_a_data_root_of_the_previous_revision_plans_nothing_after_the_documented
     assert "Nothing to be done" in refused.stdout + refused.stderr, planned_rules(refused)
 
 
-@pytest.mark.parametrize("target", ["capture_chain", "rlkeep.scheduler.steps:capture_chain_step"])
+@pytest.mark.parametrize("target", ["capture_chain", "rlkeep.scheduler.step:capture_chain_step"])
 def test_rlkeep_step_runs_the_function_the_rules_adapter_imports(tmp_path: Path, target: str) -> None:
     """`rlkeep step` as README gives it, on a record whose scheduler is `none` (nothing to reach)."""
     records = tmp_path / "records"
@@ -227,7 +295,7 @@ def test_rlkeep_step_runs_the_function_the_rules_adapter_imports(tmp_path: Path,
     result = subprocess.run([sys.executable, "-m", "rlkeep", "step", target, "--job", "k", "--output",
                              "chain=k/chain.json"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert "step capture_chain (rlkeep.scheduler.steps:capture_chain_step)" in result.stderr
+    assert "step capture_chain (rlkeep.scheduler.step:capture_chain_step)" in result.stderr
     chain = yaml.safe_load((tmp_path / "k" / "chain.json").read_text())
     assert [attempt["id"] for attempt in chain["attempts"]] == ["/demo/k"]
     wrong = subprocess.run([sys.executable, "-m", "rlkeep", "step", "capture_chian", "--job", "k"],

@@ -13,9 +13,9 @@ from rlkeep.errors import RlkeepError
 from rlkeep.records import validate_record_data
 from rlkeep.pipeline import verify_sentinels
 from rlkeep.reclaim import execute_reclaim, plan_reclaim, reclaim_decision
-from rlkeep.steps import StepContext
+from rlkeep.context import StepContext
 from rlkeep.storage import open_store
-from rlkeep.sync import sync_logs_step, sync_traces_step
+from rlkeep.sync.step import sync_logs_step, sync_traces_step
 
 SYNC_SETTINGS = {"workers": 16, "max_inflight_mb": 4, "skip_policy": {"max_missing_after_listing": 0},
                  "exclude": [{"pattern": "*.pane", "min_bytes": 1000, "reason": "large_pane"}]}
@@ -303,7 +303,7 @@ def reclaim_context(tmp_path: Path, bucket: str, *, archive_trees: tuple[str, ..
 
 
 def test_reclaim_json_says_where_every_class_of_deleted_object_is_preserved(tmp_path: Path, bucket: str) -> None:
-    from rlkeep.reclaim import reclaim_step
+    from rlkeep.reclaim.step import reclaim_step
 
     ctx, tree = reclaim_context(tmp_path, bucket)
     reclaim_step(ctx)
@@ -335,7 +335,7 @@ def test_reclaim_json_says_where_every_class_of_deleted_object_is_preserved(tmp_
 
 
 def test_an_object_preserved_nowhere_provable_stops_reclaim_before_any_delete(tmp_path: Path, bucket: str) -> None:
-    from rlkeep.reclaim import reclaim_step
+    from rlkeep.reclaim.step import reclaim_step
 
     ctx, _ = reclaim_context(tmp_path, bucket)
     # a later sync lists an object the (verified) archive was never built from
@@ -351,7 +351,7 @@ def test_an_object_preserved_nowhere_provable_stops_reclaim_before_any_delete(tm
 
 
 def test_a_later_rerun_without_authority_still_says_where_things_are_kept(tmp_path: Path, bucket: str) -> None:
-    from rlkeep.reclaim import reclaim_step
+    from rlkeep.reclaim.step import reclaim_step
 
     ctx, _ = reclaim_context(tmp_path, bucket)
     reclaim_step(ctx)

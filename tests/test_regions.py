@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from rlkeep.context import StepContext
 from rlkeep.errors import RlkeepError
 from rlkeep.records import validate_record_data
 from rlkeep.regions import Region, local_region, store_to_local
-from rlkeep.steps import StepContext
 from rlkeep.storage import open_store
-from rlkeep.sync import sync_traces_step
+from rlkeep.sync.step import sync_traces_step
 
 SETTINGS = {"workers": 4, "max_inflight_mb": 4, "skip_policy": {"max_missing_after_listing": 0}, "exclude": []}
 

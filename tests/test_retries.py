@@ -2,7 +2,7 @@
 
 Snakemake's `retries` cannot tell the two apart, so the profiles set it to 0 and a step tries a
 transient failure (rlkeep.errors.TransientError: a network error, a 5xx) again in its own process
-(rlkeep.steps.run_step). Once-ness is counted in the step's log, never timed.
+(rlkeep.runner.run_step). Once-ness is counted in the step's log, never timed.
 """
 from __future__ import annotations
 
@@ -13,15 +13,16 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rlkeep.context import StepContext
 from rlkeep.errors import RecordError, RlkeepError, TransientError
 from rlkeep.records import load_record
-from rlkeep.steps import StepContext, run_step
+from rlkeep.runner import run_step
 from rlkeep.storage.failures import StoreUnavailable
 from tests.conftest import REPO, run_snakemake, write_record
 from tests.support.hub import hub_server, no_client_backoff  # noqa: F401 - fixtures
 
 JOB = "rl-demo"
-STARTED = "INFO step capture_chain (rlkeep.scheduler.steps:capture_chain_step) for job rl-demo"
+STARTED = "INFO step capture_chain (rlkeep.scheduler.step:capture_chain_step) for job rl-demo"
 
 
 def test_a_missing_iris_fails_once(data_root: Path) -> None:

@@ -14,8 +14,8 @@ from rlkeep.records import load_record
 from rlkeep.report import terminal_state
 from rlkeep.scheduler import (SCHEDULERS, IrisScheduler, NoScheduler, SlurmScheduler, capture_chain_step,
                               scheduler_for, stop_each, stop_retries_step)
+from rlkeep.context import StepContext
 from rlkeep.scheduler.interface import StopJournal, states_asked_again, stopped_earlier
-from rlkeep.steps import StepContext
 
 SCHEMA = Path(__file__).resolve().parents[1] / "scripts" / "rlkeep" / "schemas" / "record.schema.json"
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from rlkeep.context import StepContext
 from rlkeep.errors import RlkeepError
 from rlkeep.records import validate_record_data
-from rlkeep.steps import StepContext
 from rlkeep.storage import open_store
-from rlkeep.sync import sync_logs_step, sync_traces_step
+from rlkeep.sync.step import sync_logs_step, sync_traces_step
 from tests.support.faultproxy import FaultProxy
 
 SETTINGS = {"workers": 8, "max_inflight_mb": 4, "skip_policy": {"max_missing_after_listing": 0},
@@ -237,7 +237,7 @@ def test_transfer_policy_stops_an_oversized_sync_unless_allowed_for_this_job(tmp
 
 def test_cross_region_transfer_needs_the_allowance() -> None:
     from rlkeep.regions import Region
-    from rlkeep.steps import check_transfer
+    from rlkeep.regions import check_transfer
 
     def ends(source: str | None, dest: str) -> dict[str, Region]:
         return {"source": Region(source, "test"), "dest": Region(dest, "test")}

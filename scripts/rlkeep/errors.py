@@ -8,7 +8,7 @@ class RlkeepError(Exception):
 
 class TransientError(RlkeepError):
     """A failure another try may cure: a network error, a 5xx, a 429 within its bound. The step
-    retries it itself, a bounded number of times (rlkeep.steps.run_step); every other failure (a
+    retries it itself, a bounded number of times (rlkeep.runner.run_step); every other failure (a
     missing program, a bad record, a refusal, a schema error, a bug) is permanent and fails the
     step once (docs/running.md, "Which errors are retried")."""
 

@@ -5,6 +5,12 @@ when it stays on the host. Its adapter, `scripts/steps/<rule>.py`, runs the row'
 (`rlkeep step <rule>` too, rlkeep.step_cli); tests/test_pipeline_table.py checks that every row
 has its rule and adapter.
 
+Where a step's function lives, one rule for every row: `rlkeep.<concern>.step:<rule>_step`, the
+function named after its rule in the `step` module of the package under scripts/rlkeep/ that owns
+its concern (rlkeep.sync.step:sync_logs_step, rlkeep.hub.step:publish_model_step). The package
+holds the concern's logic; its `step` module is the thin edge that reads the StepContext
+(rlkeep.context) and writes the rule's outputs. tests/test_pipeline_table.py holds every row to it.
+
 Everything else reads this table rather than restating it:
 - STEPS (the rows with `evidence`): the steps DONE, STATUS.json, REPORT.md and the campaign page
   report on, in this order (rlkeep.report);
@@ -40,7 +46,7 @@ TRACE_PUBLISHING = frozenset({"rl", "datagen"})  # kinds that can publish a trac
 class Step:
     name: str  # the Snakemake rule (rules/*.smk), its adapter scripts/steps/<name>.py, the step in DONE
     kinds: frozenset[str]  # the run kinds (rlkeep.kinds) it applies to
-    # the function its adapter runs, `<module>:<function>` (imported only when the step runs)
+    # the function its adapter runs, `rlkeep.<concern>.step:<rule>_step` (imported only when the step runs)
     function: str
     # the file (relative to <job>/) whose status DONE reports; None: a helper rule (staging, DONE itself)
     evidence: str | None = None
@@ -60,18 +66,18 @@ class Step:
 
 
 PIPELINE: tuple[Step, ...] = (
-    Step("capture_chain", ALL_KINDS, "rlkeep.scheduler.steps:capture_chain_step", evidence="chain.json",
+    Step("capture_chain", ALL_KINDS, "rlkeep.scheduler.step:capture_chain_step", evidence="chain.json",
          remaining="make the Iris chain readable (iris on PATH, cluster reachable) and rerun",
          archived=(("chain", "chain.json"),)),
-    Step("stop_retries", ALL_KINDS, "rlkeep.scheduler.steps:stop_retries_step", evidence="retries.json",
+    Step("stop_retries", ALL_KINDS, "rlkeep.scheduler.step:stop_retries_step", evidence="retries.json",
          remaining="stop the run's pending retries, then rerun",
          after=("capture_chain",),
          archived=(("retries", "retries.json"),)),
-    Step("sync_logs", ALL_KINDS, "rlkeep.sync:sync_logs_step", evidence="sync/logs.manifest.json",
+    Step("sync_logs", ALL_KINDS, "rlkeep.sync.step:sync_logs_step", evidence="sync/logs.manifest.json",
          remaining="make every attempt's trainer log readable, then rerun",
          after=("capture_chain", "stop_retries"),
          archived=(("logs", "sync/logs.tar"), ("logs_manifest", "sync/logs.manifest.json"))),
-    Step("sync_traces", TRACE_KINDS, "rlkeep.sync:sync_traces_step", evidence="sync/trace_jobs.manifest.json",
+    Step("sync_traces", TRACE_KINDS, "rlkeep.sync.step:sync_traces_step", evidence="sync/trace_jobs.manifest.json",
          remaining="fix the trace prefix or the skip policy named in the log, then rerun",
          after=("stop_retries",),
          archived=(("traces", "sync/trace_jobs.tar"),
@@ -87,7 +93,7 @@ PIPELINE: tuple[Step, ...] = (
          remaining="correct the trace object named in the log in the store, then rerun: the command copies the "
                    "traces again",
          forcerun=("sync_traces",), after=("sync_traces",)),
-    Step("generation_stats", RL, "rlkeep.generation_stats:generation_stats_step", evidence="metrics/generation.md",
+    Step("generation_stats", RL, "rlkeep.generation_stats.step:generation_stats_step", evidence="metrics/generation.md",
          remaining="correct the log named in the log where the run keeps it, then rerun: the command copies the "
                    "logs again",
          forcerun=("sync_logs",), after=("sync_logs",)),
@@ -95,25 +101,25 @@ PIPELINE: tuple[Step, ...] = (
          remaining="declare checkpoint.rule in the record (ema_max, latest or step) from the listed candidates, "
                    "then rerun",
          after=("list_checkpoints", "metric_surface")),
-    Step("export_model", RL, "rlkeep.export.step:export_step", evidence="export.json",
+    Step("export_model", RL, "rlkeep.export.step:export_model_step", evidence="export.json",
          remaining="consolidate the selected checkpoint as the log says (an export job for Megatron), then rerun",
          after=("list_checkpoints", "select_checkpoint")),
-    Step("stage_model", RL, "rlkeep.hub.steps:stage_model_step",
+    Step("stage_model", RL, "rlkeep.hub.step:stage_model_step",
          after=("capture_chain", "sync_logs", "metric_surface", "select_checkpoint", "export_model")),
-    Step("publish_model", RL, "rlkeep.hub.steps:publish_model_step", evidence="verify/model_upload.json",
+    Step("publish_model", RL, "rlkeep.hub.step:publish_model_step", evidence="verify/model_upload.json",
          verify="model_upload",
          remaining="fix the publication problem named in the log (staging is kept), then rerun: the upload resumes",
          after=("stage_model if publish", "capture_chain if no publish")),
     Step("stage_traces", TRACE_PUBLISHING, "rlkeep.traces.step:stage_traces_step", after=("sync_traces",)),
-    Step("publish_traces", TRACE_PUBLISHING, "rlkeep.hub.steps:publish_traces_step", evidence="verify/traces.json",
+    Step("publish_traces", TRACE_PUBLISHING, "rlkeep.hub.step:publish_traces_step", evidence="verify/traces.json",
          verify="traces",
          remaining="fix the trace dataset problem named in the log (coverage, Hub), then rerun",
          after=("stage_traces if publish", "capture_chain if no publish")),
-    Step("link_model_card", RL, "rlkeep.hub.steps:link_model_card_step", evidence="verify/model.json", verify="model",
+    Step("link_model_card", RL, "rlkeep.hub.step:link_model_card_step", evidence="verify/model.json", verify="model",
          remaining="fix the card problem named in the log, then rerun: the link is one commit that changes "
                    "README.md only",
          after=("publish_model", "stage_model if publish", "publish_traces if publish.traces")),
-    Step("register", RL, "rlkeep.registry:register_step", evidence="register.json",
+    Step("register", RL, "rlkeep.registry.step:register_step", evidence="register.json",
          remaining="resolve the registry problem named in the log, then rerun",
          after=("publish_traces", "link_model_card")),
     Step("archive", ALL_KINDS, "rlkeep.archive.step:archive_step", evidence="archive/MANIFEST",
@@ -127,10 +133,10 @@ PIPELINE: tuple[Step, ...] = (
                    "builds and uploads the archive again",
          forcerun=("archive",),
          after=("archived", "metric_surface", "trial_table", "archive", "verify_archive")),
-    Step("reclaim", ALL_KINDS, "rlkeep.reclaim:reclaim_step", evidence="reclaim.json",
+    Step("reclaim", ALL_KINDS, "rlkeep.reclaim.step:reclaim_step", evidence="reclaim.json",
          remaining="rerun with --config reclaim_authorized=<job> once every verification passed",
          after=("verified", "sync_logs", "sync_traces", "archive")),
-    Step("done", ALL_KINDS, "rlkeep.report:done_step"),
+    Step("done", ALL_KINDS, "rlkeep.report.step:done_step"),
     # on demand, not part of DONE: `<job>/restore/DONE`, the archive restored into <job>/restore/tree/
     Step("restore", ALL_KINDS, "rlkeep.restore.step:restore_step", after=("archive", "verify_archive")),
 )

@@ -1,4 +1,5 @@
-"""Where each end of a transfer is, and how we know it (docs/contract.md §6: cross-region transfers).
+"""Where each end of a transfer is, how we know it, and the check that stops a large or
+cross-region transfer before it starts (docs/contract.md §6: cross-region transfers).
 
 A region is only ever taken from something that states it: a record field (`store_region`,
 `archive.region`), the configuration for the machine running rlkeep (`policy.local_region`), or
@@ -7,14 +8,18 @@ inferred from a bucket, cluster or run name.
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rlkeep.errors import RlkeepError
 from rlkeep.storage import bucket_location
 
 if TYPE_CHECKING:
-    from rlkeep.steps import StepContext  # steps imports this module
+    from rlkeep.context import StepContext
+
+log = logging.getLogger("rlkeep")
 
 HF_PREFIX = "hf://"
 BucketLookup = Callable[[str], "tuple[str | None, str]"]
@@ -94,3 +99,45 @@ def compare(source: Region, dest: Region) -> bool | None:
         return None
     assert source.name is not None and dest.name is not None
     return source.name.lower() != dest.name.lower()
+
+
+def check_transfer(ctx: StepContext, *, nbytes: int, what: str, source: Region | None = None,
+                   dest: Region | None = None) -> dict[str, Any]:
+    """Stop a large or cross-region transfer before it starts, unless this invocation allows it.
+
+    The allowance is `--config allow_transfer=<job>` for exactly this job (docs/contract.md §6).
+    source/dest: where each end is and how that is known (rlkeep.regions); absent means not looked
+    up for this transfer. A region that is unknown is said in the log, never assumed. Returns the
+    evidence for the step's sentinel: the regions compared and their sources, and whether the
+    allowance was used.
+    """
+    source = source or Region(None, "not looked up for this transfer")
+    dest = dest or Region(None, "not looked up for this transfer")
+    crossing = compare(source, dest)
+    allowed = ctx.authorized("allow_transfer")
+    evidence: dict[str, Any] = {
+        "what": what, "bytes": nbytes, "source_region": source.to_json(), "dest_region": dest.to_json(),
+        "regions_compared": crossing is not None, "cross_region": crossing,
+        "allowed_by": f"--config allow_transfer={ctx.job}" if allowed else None,
+    }
+    if crossing is None:
+        unknown = [f"{end} region unknown ({region.source})" for end, region in (("source", source), ("destination", dest))
+                   if not region.known]
+        log.info("%s: regions not compared: %s", what, "; ".join(unknown))
+    else:
+        log.info("%s: source region %s, destination region %s: %s", what, source.describe(), dest.describe(),
+                 "crosses regions" if crossing else "same region")
+    if allowed:
+        return evidence
+    limit = int(ctx.config.get("policy", {}).get("max_transfer_bytes", 0) or 0)
+    if limit and nbytes > limit:
+        raise RlkeepError(
+            f"{what}: {nbytes:,} bytes is over policy.max_transfer_bytes = {limit:,}; nothing was transferred. "
+            f"To allow it for this job only, rerun with --config allow_transfer={ctx.job}"
+        )
+    if crossing:
+        raise RlkeepError(
+            f"{what}: crosses regions ({source.name} -> {dest.name}): source region from {source.source}, "
+            f"destination region from {dest.source}; nothing was transferred. To allow it for this job only, rerun with --config allow_transfer={ctx.job}"
+        )
+    return evidence

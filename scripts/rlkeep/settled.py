@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from rlkeep.steps import is_authorized
+from rlkeep.context import is_authorized
 from rlkeep.readable import plural
 
 
@@ -119,7 +119,7 @@ def refusal_message(errors: list[str]) -> str:
 
 
 def named_in_config(config: Mapping[str, Any], job: str) -> bool:
-    """Whether any config value names this job as authority is granted (rlkeep.steps.is_authorized:
+    """Whether any config value names this job as authority is granted (rlkeep.context.is_authorized:
     the job itself, or a list naming it), whatever the key."""
     return any(is_authorized(config, key, job) for key in config)
 

@@ -10,10 +10,11 @@ import argparse
 import importlib
 from pathlib import Path
 
+from rlkeep.context import StepContext
 from rlkeep.errors import RlkeepError
 from rlkeep.pipeline import STEP_BY_NAME, step_for_rule
 from rlkeep.records import load_record, record_path
-from rlkeep.steps import StepContext, StepFunction, configure_logging, run_step
+from rlkeep.runner import StepFunction, configure_logging, run_step
 
 def function_reference(rule: str) -> str:
     """`<module>:<function>` the rule runs: its row's `function` column."""

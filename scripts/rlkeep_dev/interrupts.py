@@ -6,7 +6,7 @@ Snakemake answers a stop by stopping its jobs, waiting for them and releasing it
 once with "Directory cannot be locked". `subprocess.run`, when interrupted, SIGKILLs its child 0.25 s
 later; hence `run_to_its_end`: the child runs in its own process group (a terminal's Ctrl-C does not
 reach it directly), is stopped once, and is waited for however long its clean-up takes (each step
-bounds its own, rlkeep.steps.CLEANUP_SECONDS).
+bounds its own, rlkeep.runner.CLEANUP_SECONDS).
 
 Whatever stop the demo gets, Snakemake gets SIGINT and its jobs SIGTERM. SIGINT, because a
 KeyboardInterrupt anywhere in Snakemake releases its lock (a context manager), while its SIGTERM handler

@@ -1,5 +1,4 @@
-"""Rule archive (rules/archive.smk): <job>/archive/: the archive of everything informative and its MANIFEST."""
-from rlkeep.steps import RuleProcess
+"""Rule archive (rules/archive.smk): runs its row's function in the step table."""
+from rlkeep.runner import RuleProcess
 
-# the function is the rule's row in the step table (rlkeep.pipeline, column `function`)
 RuleProcess(snakemake).run_rule_function()  # noqa: F821 - injected by Snakemake's script preamble

@@ -1,5 +1,4 @@
-"""Rule done (rules/report.smk): <job>/DONE and REPORT.md: the completion record."""
-from rlkeep.steps import RuleProcess
+"""Rule done (rules/report.smk): runs its row's function in the step table."""
+from rlkeep.runner import RuleProcess
 
-# the function is the rule's row in the step table (rlkeep.pipeline, column `function`)
 RuleProcess(snakemake).run_rule_function()  # noqa: F821 - injected by Snakemake's script preamble

@@ -1,5 +1,4 @@
-"""Rule publish_model (rules/publish.smk): <job>/verify/model_upload.json: the staged model uploaded and read back."""
-from rlkeep.steps import RuleProcess
+"""Rule publish_model (rules/publish.smk): runs its row's function in the step table."""
+from rlkeep.runner import RuleProcess
 
-# the function is the rule's row in the step table (rlkeep.pipeline, column `function`)
 RuleProcess(snakemake).run_rule_function()  # noqa: F821 - injected by Snakemake's script preamble

@@ -1,5 +1,4 @@
-"""Rule register (rules/archive.smk): <job>/register.json: the registry row, only when the record authorizes it."""
-from rlkeep.steps import RuleProcess
+"""Rule register (rules/archive.smk): runs its row's function in the step table."""
+from rlkeep.runner import RuleProcess
 
-# the function is the rule's row in the step table (rlkeep.pipeline, column `function`)
 RuleProcess(snakemake).run_rule_function()  # noqa: F821 - injected by Snakemake's script preamble

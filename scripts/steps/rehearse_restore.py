@@ -1,5 +1,4 @@
-"""Rule rehearse_restore (rules/archive.smk): <job>/verify/restore.json: the archive restored from its destination and compared."""
-from rlkeep.steps import RuleProcess
+"""Rule rehearse_restore (rules/archive.smk): runs its row's function in the step table."""
+from rlkeep.runner import RuleProcess
 
-# the function is the rule's row in the step table (rlkeep.pipeline, column `function`)
 RuleProcess(snakemake).run_rule_function()  # noqa: F821 - injected by Snakemake's script preamble

@@ -1,5 +1,4 @@
-"""Rule verify_archive (rules/archive.smk): <job>/verify/archive.json: the archive copied to its destination and verified."""
-from rlkeep.steps import RuleProcess
+"""Rule verify_archive (rules/archive.smk): runs its row's function in the step table."""
+from rlkeep.runner import RuleProcess
 
-# the function is the rule's row in the step table (rlkeep.pipeline, column `function`)
 RuleProcess(snakemake).run_rule_function()  # noqa: F821 - injected by Snakemake's script preamble

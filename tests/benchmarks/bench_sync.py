@@ -36,9 +36,9 @@ SNAKEMAKE_OWN_PEAK = exit_facts_script("snakemake")
 RLKEEP_CHILD = r"""
 import json, sys, time
 from pathlib import Path
+from rlkeep.context import StepContext
 from rlkeep.records import validate_record_data
-from rlkeep.steps import StepContext
-from rlkeep.sync import sync_traces_step
+from rlkeep.sync.step import sync_traces_step
 store, out, workers = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
 record = validate_record_data({"job": "bench", "user": "bench", "scheduler": "none", "chain": ["/bench/bench"],
     "store": store, "checkpoint": {"interval": 20}}, Path("records/bench.yaml"))

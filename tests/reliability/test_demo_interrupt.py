@@ -224,7 +224,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 sys.path.insert(0, sys.argv[1])
-from rlkeep.steps import RuleProcess
+from rlkeep.runner import RuleProcess
 
 # what a rule's adapter (scripts/steps/<rule>.py) does, with the job Snakemake would give it
 process = RuleProcess(SimpleNamespace(rule="sync_logs", log=[sys.argv[1] + "/sync_logs.log"]))
@@ -328,14 +328,15 @@ def test_the_first_stop_signal_reaches_the_child_and_its_jobs_once_and_its_clean
 STEP_THEN_SLOW_EXIT = """
 import sys, time
 from pathlib import Path
-from rlkeep import steps
+from rlkeep.context import StepContext
+from rlkeep.runner import run_step
 
 target = Path(sys.argv[1])
 def write(ctx):
     target.write_text("whole")
 
-ctx = steps.StepContext(job="j", record=None, data_root=target.parent, inputs={}, outputs={"out": target})
-status = steps.run_step("sync_logs", write, ctx, process_ends=True)
+ctx = StepContext(job="j", record=None, data_root=target.parent, inputs={}, outputs={"out": target})
+status = run_step("sync_logs", write, ctx, process_ends=True)
 print("RETURNED", status, flush=True)
 time.sleep(3)  # the interpreter's own teardown, which can take this long on a loaded machine
 sys.exit(status)

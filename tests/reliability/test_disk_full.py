@@ -4,7 +4,7 @@ full path and what it needed; nothing partial passes for complete and no temp fi
 test frees space (shrinks the ballast) the same command goes on, and the end equals a clean run's.
 
 Guards: rlkeep.diskspace.require_free, called before sync (listed bytes), the checkpoint download
-(bytes still to fetch) and the archive (kept bytes); steps.run_step's ENOSPC message for the writes
+(bytes still to fetch) and the archive (kept bytes); runner.run_step's ENOSPC message for the writes
 whose size is not known up front; tarstream.TarOutput removing its .part when closing the tar itself fails.
 """
 from __future__ import annotations
@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from rlkeep.context import StepContext
 from rlkeep.diskspace import free_bytes
-from rlkeep.steps import StepContext, _close_log, run_step
+from rlkeep.runner import _close_log, run_step
 from rlkeep.storage import open_store
 from tests.reliability import figures_log
 from tests.reliability.support import (
@@ -203,8 +204,8 @@ def test_a_finished_step_whose_record_snakemake_could_not_write_counts_as_that_f
     then reported the rule as failed too. That is one refusal, Snakemake's, naming the data root."""
     log = tmp_path / "rl-demo" / "logs" / "export_model.log"
     log.parent.mkdir(parents=True)
-    log.write_text("2026-12-02T12:33:52 INFO step export_model (rlkeep.export.step:export_step) for job rl-demo\n"
-                   "2026-12-02T12:33:53 INFO step export_model (rlkeep.export.step:export_step) done in 1.3s\n")
+    log.write_text("2026-12-02T12:33:52 INFO step export_model (rlkeep.export.step:export_model_step) for job rl-demo\n"
+                   "2026-12-02T12:33:53 INFO step export_model (rlkeep.export.step:export_model_step) done in 1.3s\n")
     metadata = (f"Error recording metadata for finished job ([Errno 28] No space left on device). "
                 f"Please ensure write permissions for the directory {tmp_path}/.snakemake")
     stderr = (f"WorkflowError:\n{metadata}\nError in rule export_model:\n    jobid: 7\n"

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from rlkeep.context import StepContext
 from rlkeep.errors import RlkeepError
 from rlkeep.records import validate_record_data
-from rlkeep.steps import StepContext
 from rlkeep.storage import open_store
-from rlkeep.sync import sync_logs_step, sync_traces_step
+from rlkeep.sync.step import sync_logs_step, sync_traces_step
 from tests.support.faultproxy import DENIED_PRINCIPAL, FaultProxy
 
 ROOT = "iris/job"

@@ -2,7 +2,7 @@
 SIGINT (Ctrl-C) delivered while a step works. The step stops within a bound, removes its temporary
 files, leaves no partial target, and the same command then completes like a clean run.
 
-Guard: rlkeep.steps.stop_signals_raise (the signal becomes StepTerminated, a BaseException, so the
+Guard: rlkeep.runner.stop_signals_raise (the signal becomes StepTerminated, a BaseException, so the
 finally blocks and `except BaseException` cleanups of the code that made each temp file run). Without
 it Python's default action ends the step on the spot and the `.part` files stay (shown by hand).
 """
@@ -26,12 +26,13 @@ from tests.reliability.test_kill_resume import Run, assert_ends_like_a_clean_run
 from tests.support.faultproxy import FaultProxy
 from tests.support.hub import hub_server  # noqa: F401 - fixture
 
-STOP_BOUND_SECONDS = 45  # the step's own cleanup bound is steps.CLEANUP_SECONDS (30 s)
+STOP_BOUND_SECONDS = 45  # the step's own cleanup bound is runner.CLEANUP_SECONDS (30 s)
 
 STEP_WRITING_A_TAR = """
 import sys, time
 from pathlib import Path
-from rlkeep import steps
+from rlkeep.context import StepContext
+from rlkeep.runner import run_step
 from rlkeep.sync import TarOutput
 
 target = Path(sys.argv[1])
@@ -44,8 +45,8 @@ def slow_sync(ctx):
         print("WRITING", flush=True)
         time.sleep(120)
 
-ctx = steps.StepContext(job="j", record=None, data_root=target.parent, inputs={}, outputs={"tar": target})
-sys.exit(steps.run_step("sync_logs", slow_sync, ctx))
+ctx = StepContext(job="j", record=None, data_root=target.parent, inputs={}, outputs={"tar": target})
+sys.exit(run_step("sync_logs", slow_sync, ctx))
 """
 
 
@@ -71,7 +72,8 @@ def test_a_stopped_step_removes_its_part_file_and_exits_within_the_bound(tmp_pat
 STEP_STOPPED_AS_ITS_WRITE_MADE_ITS_TEMP_FILE = """
 import os, signal, sys, tempfile, time
 from pathlib import Path
-from rlkeep import steps
+from rlkeep.context import StepContext
+from rlkeep.runner import run_step
 
 target = Path(sys.argv[1])
 
@@ -82,14 +84,14 @@ def stopped_in_mkstemp(ctx):
     time.sleep(120)
 
 target.parent.mkdir(parents=True)
-ctx = steps.StepContext(job="j", record=None, data_root=target.parent, inputs={}, outputs={"csv": target})
-sys.exit(steps.run_step("generation_stats", stopped_in_mkstemp, ctx))
+ctx = StepContext(job="j", record=None, data_root=target.parent, inputs={}, outputs={"csv": target})
+sys.exit(run_step("generation_stats", stopped_in_mkstemp, ctx))
 """
 
 
 def test_a_step_stopped_before_its_writer_could_name_its_temp_file_leaves_none(tmp_path: Path) -> None:
     """Seen in the demo's Ctrl-C test: metrics/.vllm.csv.<random>.part left by generation_stats. Guard:
-    rlkeep.steps._remove_outputs also removes its outputs' rlkeep.jsonio.partial_files."""
+    rlkeep.runner._remove_outputs also removes its outputs' rlkeep.jsonio.partial_files."""
     target = tmp_path / "metrics" / "vllm.csv"
     child = subprocess.run([sys.executable, "-c", STEP_STOPPED_AS_ITS_WRITE_MADE_ITS_TEMP_FILE, str(target)],
                            capture_output=True, text=True, timeout=STOP_BOUND_SECONDS, preexec_fn=default_signal_actions)

@@ -11,11 +11,11 @@ from rlkeep.archive.build import build_archive
 from rlkeep.archive.manifest import DEFAULT_LARGE_THRESHOLD, summary_from_chain
 from rlkeep.archive.upload import upload_and_verify
 from rlkeep.archive.verify import verify_archive
+from rlkeep.context import StepContext
 from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import read_json, write_json
 from rlkeep.pipeline import ARCHIVED_JOB_FILES
-from rlkeep.regions import store_to_archive
-from rlkeep.steps import StepContext, check_transfer
+from rlkeep.regions import check_transfer, store_to_archive
 
 log = logging.getLogger("rlkeep.archive")
 

@@ -12,10 +12,10 @@ from rlkeep.checkpoints.listing import (
     parse_latest_step,
 )
 from rlkeep.checkpoints.selection import select_checkpoint
+from rlkeep.context import StepContext
 from rlkeep.jsonio import read_json, write_json
 from rlkeep.metrics import read_metrics_csv
 from rlkeep.scheduler import refuse_while_unrecorded_attempts_run
-from rlkeep.steps import StepContext
 from rlkeep.storage import open_store
 
 MAX_SMALL_FILE = 16 << 20  # an index or config larger than this is not one; leave it unread

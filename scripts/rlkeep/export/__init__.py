@@ -47,7 +47,7 @@ from rlkeep.export.safetensors_header import (
     read_safetensors_header,
 )
 from rlkeep.export.sources import FileRange, SourceModel, SourceTensor
-from rlkeep.export.step import export_step
+from rlkeep.export.step import export_model_step
 from rlkeep.export.verify import Expected, verify_model
 from rlkeep.tokenizer import TOKENIZER_FILES, VOCABULARY_FILES
 
@@ -55,6 +55,6 @@ __all__ = [
     "CONFIG_FILES", "DEFAULT_MAX_SHARD_BYTES", "DTYPE_BYTES", "FORMATS", "INDEX_NAME", "MAX_HEADER_BYTES",
     "RANK_FILE", "SHARD_NAME", "SINGLE_WEIGHTS", "TOKENIZER_FILES", "VOCABULARY_FILES", "Detection", "Expected",
     "FileRange", "PlannedShard", "SafetensorsHeader", "SourceModel", "SourceTensor", "TensorEntry", "choose_source",
-    "consolidate", "consolidate_main", "detect_format", "encode_safetensors_header", "export_step", "list_files",
+    "consolidate", "consolidate_main", "detect_format", "encode_safetensors_header", "export_model_step", "list_files",
     "plan_shards", "read_safetensors_header", "verify_main", "verify_model",
 ]

@@ -5,11 +5,11 @@ import os
 import shutil
 from typing import Any
 
+from rlkeep.context import StepContext
 from rlkeep.errors import RlkeepError
 from rlkeep.export.consolidate import consolidate
 from rlkeep.export.detect import choose_source
 from rlkeep.export.layout import log
-from rlkeep.steps import StepContext
 
 
 def _step_listing(store: Any, prefix: str) -> dict[str, int]:
@@ -17,12 +17,11 @@ def _step_listing(store: Any, prefix: str) -> dict[str, int]:
     return {info.key[len(prefix) + 1:]: info.size for info in store.list(prefix)}
 
 
-def export_step(ctx: StepContext) -> None:
+def export_model_step(ctx: StepContext) -> None:
     """`<job>/model/` + `<job>/export.json`: detect the selected step's format from the store listing,
     download only what consolidation needs, consolidate to a flat verified model, record provenance."""
     from rlkeep.jsonio import read_json, write_json
-    from rlkeep.regions import store_to_local
-    from rlkeep.steps import check_transfer
+    from rlkeep.regions import check_transfer, store_to_local
     from rlkeep.diskspace import require_free
     from rlkeep.storage import open_store
 

@@ -12,7 +12,7 @@ within a bound), client (the target, its HfApi, repo creation, head, history, fr
 trees (which staged files are published, digests, tree differences), checks (what makes a
 downloaded model repo a complete publication; `rlkeep check-publication`), card (the model card
 and its Training Traces link), model and traces (each publication and its verification), archive
-(the Hub archive upload) and steps (the pipeline steps). The public names are re-exported here.
+(the Hub archive upload) and step (the pipeline steps). The public names are re-exported here.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from rlkeep.hub.model import finding_text, publish_model, publish_model_card, ve
 from rlkeep.hub.ratelimits import (
     DEFAULT_RATE_LIMIT_WAIT, RATE_LIMIT_WAIT_ENV, RateLimitTransport, install_rate_limit_handling, rate_limit_bound,
 )
-from rlkeep.hub.steps import link_model_card_step, publish_model_step, publish_traces_step, stage_model_step
+from rlkeep.hub.step import link_model_card_step, publish_model_step, publish_traces_step, stage_model_step
 from rlkeep.hub.traces import DATA_SHARD_RE, MANIFEST_NAME, TRAIN_SHARD_RE, replace_trace_shards, verify_trace_publication
 from rlkeep.hub.trees import (
     ALLOWED_REMOTE_EXTRAS, CARD_NAME, CLIENT_BOOKKEEPING, UPLOAD_IGNORE_PATTERNS, FileDigest, compare_trees,

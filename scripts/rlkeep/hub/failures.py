@@ -101,7 +101,7 @@ def hub_step(target: HubTarget, repo_type: str, repo_id: str, step: str, note: s
                                            f"{limited}")) from None
         full = _local_disk_full(error)
         if full is not None:
-            raise full from None  # our disk, not the Hub: the step says which path is full (steps.run_step)
+            raise full from None  # our disk, not the Hub: the step says which path is full (runner.run_step)
         message = f"Hub {step} failed for {repo_type} repo {repo_id} at {target.endpoint}: {describe_hub_error(error)}"
         if note:
             message += f". {note}"

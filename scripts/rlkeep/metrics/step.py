@@ -5,12 +5,12 @@ import mmap
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
+from rlkeep.context import StepContext
 from rlkeep.metrics.common import MAX_SKIPPED_NAMED, MetricsError
 from rlkeep.metrics.parse import ParsedLog
 from rlkeep.metrics.report import SURFACE_FILES, TRIAL_FILES, write_all, render_surface, render_trials
 from rlkeep.metrics.surface import AttemptWithoutMetrics, read_attempt, surface_from_parsed
 from rlkeep.metrics.trials import trials_from_results
-from rlkeep.steps import StepContext
 
 
 # --------------------------------------------------------------------------- pipeline step

@@ -21,10 +21,10 @@ from rlkeep.restore.rehearsal import (
     trial_rows_problems,
     unaccounted_sync_members,
 )
+from rlkeep.context import StepContext
 from rlkeep.restore.run import restore_archive
 from rlkeep.restore.source import location_from_job_dir
 from rlkeep.restore.targets import ComparingTarget, LocalTarget
-from rlkeep.steps import StepContext
 
 log = logging.getLogger("rlkeep.restore")
 

@@ -14,7 +14,7 @@ The modules, one job each:
   version offers (read from its --help), and the CLI itself;
 - iris: Iris chain capture, unrecorded attempts and the exact stop of pending retries;
 - slurm: scontrol/sacct/scancel and SlurmScheduler; none: NoScheduler;
-- steps: the pipeline steps capture_chain_step and stop_retries_step.
+- step: the pipeline steps capture_chain_step and stop_retries_step.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from rlkeep.scheduler.named import SCHEDULERS, scheduler_for
 from rlkeep.scheduler.none import NoScheduler
 from rlkeep.scheduler.slurm import (SlurmCli, SlurmScheduler, entry_from_sacct, entry_from_scontrol,
                                     expand_stdout_path, parse_scontrol_line, stop_pending_slurm)
-from rlkeep.scheduler.steps import capture_chain_step, stop_retries_step
+from rlkeep.scheduler.step import capture_chain_step, stop_retries_step
 
 __all__ = [
     "GONE", "PENDING_STATES", "SCHEDULERS", "TERMINAL_STATES", "UNFINISHED_STATES", "IrisCli", "IrisForms",

@@ -14,10 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from rlkeep.context import StepContext
 from rlkeep.errors import SchedulerError
 from rlkeep.jsonio import read_json, write_json
 from rlkeep.records import JobRecord
-from rlkeep.steps import StepContext
 
 if TYPE_CHECKING:  # rlkeep.scheduler.iris_cli imports this module
     from rlkeep.scheduler.iris_cli import IrisCli

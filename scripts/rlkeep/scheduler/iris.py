@@ -16,9 +16,9 @@ from rlkeep.errors import BlockedError, RlkeepError, SchedulerError
 from rlkeep.records import JobRecord, load_record
 from rlkeep.scheduler.interface import (Scheduler, StopJournal, asked_again, checked_states, env_number, refuse_running,
                                        states_asked_again, stop_each, stopped_earlier)
+from rlkeep.context import StepContext, sentinel
 from rlkeep.scheduler.iris_cli import IrisCli
 from rlkeep.scheduler.iris_output import GONE, PENDING_STATES, TERMINAL_STATES, UNFINISHED_STATES
-from rlkeep.steps import StepContext, sentinel
 from rlkeep.storage import open_store
 
 STOP_WAIT_S = 120.0  # after a stop/cancel that may return early: how long the state is polled

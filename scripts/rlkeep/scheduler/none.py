@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlkeep.context import StepContext, not_applicable
 from rlkeep.scheduler.interface import Scheduler, StopJournal
-from rlkeep.steps import StepContext, not_applicable
 
 
 class NoScheduler(Scheduler):

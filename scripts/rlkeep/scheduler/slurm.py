@@ -22,7 +22,7 @@ from rlkeep.errors import SchedulerError
 from rlkeep.records import JobRecord
 from rlkeep.scheduler.interface import (COMMAND_TIMEOUT_S, Scheduler, StopJournal, asked_again, checked_states,
                                         refuse_running, states_asked_again, stop_each, stopped_earlier)
-from rlkeep.steps import StepContext, sentinel
+from rlkeep.context import StepContext, sentinel
 
 SLURM_PENDING_STATES = {"pending", "requeued", "requeue_hold", "requeue_fed", "resv_del_hold", "special_exit"}
 SLURM_RUNNING_STATES = {"running", "configuring", "completing", "suspended", "stage_out", "signaling", "resizing",

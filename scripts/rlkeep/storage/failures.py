@@ -50,7 +50,7 @@ class StoreThrottled(StoreError):
 
 class StoreUnavailable(StoreError, TransientError):
     """A 5xx, a timeout or a broken connection outlasted botocore's and rlkeep's request retries:
-    the step tries again (rlkeep.steps.run_step)."""
+    the step tries again (rlkeep.runner.run_step)."""
 
 
 def slowdown_bound() -> float:

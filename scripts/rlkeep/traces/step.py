@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from rlkeep.context import StepContext
 from rlkeep.errors import RlkeepError
 from rlkeep.jsonio import read_json
-from rlkeep.steps import StepContext
 from rlkeep.traces.build import build_trace_dataset
 from rlkeep.traces.card import CardInfo
 from rlkeep.traces.coverage import DEFAULT_MIN_COVERAGE

@@ -17,8 +17,6 @@ from typing import Any
 
 from rlkeep import attempt_logs, batch_errors, run_report, vllm_stats
 from rlkeep.errors import RlkeepError
-from rlkeep.jsonio import atomic_write_bytes
-from rlkeep.steps import StepContext
 
 FILES = ("vllm.csv", "batch_errors.csv", "generation.md", "vllm.png")
 NOT_READ_LISTED = 100  # a store can hold thousands of other log files; generation.md names this many
@@ -139,23 +137,6 @@ def render(stats: GenerationStats, *, job: str | None = None) -> dict[str, bytes
         "generation.md": ("\n".join(lines) + "\n" + run_report.render_markdown(sections(stats))).encode("utf-8"),
         "vllm.png": png,
     }
-
-
-def generation_stats_step(ctx: StepContext) -> None:
-    """The rule's outputs (FILES, each declared by its own name) from ctx.inputs["logs"]."""
-    stats = scan_logs_tar(ctx.inputs["logs"], ctx.record.attempts, ctx.record.layout.get("logs", "logs"))
-    rendered = render(stats, job=ctx.job)
-    by_name = {path.name: path for path in ctx.outputs.values()}
-    unknown = sorted(set(by_name) - set(FILES))
-    if unknown or len(by_name) != len(ctx.outputs):
-        raise GenerationStatsError(f"outputs {sorted(map(str, ctx.outputs.values()))} are not {', '.join(FILES)}")
-    for name, path in by_name.items():
-        atomic_write_bytes(path, rendered[name])
-    per_second = vllm_stats.per_second(stats.vllm)
-    print(f"vLLM: {len(stats.vllm.samples)} engine reports in {len(per_second)} seconds; batch errors: "
-          f"{sum(s.batches for s in stats.errors.steps)} batches in {len(stats.errors.steps)} steps; "
-          f"{len(stats.read)} log files read, {len(stats.not_read)} not read (generation.md says why)"
-          + (f"; attempts without a trainer log: {', '.join(stats.missing)}" if stats.missing else ""))
 
 
 def read_tables(job_dir: Path) -> dict[str, list[dict[str, str]] | None]:

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import functools
 import subprocess
-import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rlkeep.audit import damaged_steps, last_audit
-from rlkeep.jsonio import atomic_write_bytes, read_json, write_json
+from rlkeep.jsonio import read_json
 from rlkeep.logfacts import remembered
 from rlkeep.metrics import skipped_lines_markdown, without_metrics_markdown
 from rlkeep.pipeline import STEP_BY_NAME, STEPS, Step, kind_has, verifications, verify_sentinels
@@ -21,9 +20,6 @@ from rlkeep.profiles import default_invocation, own_profile
 from rlkeep.records import JobRecord
 from rlkeep.stepstate import collect_steps
 from rlkeep.tracker import tracker_of
-
-if TYPE_CHECKING:
-    from rlkeep.steps import StepContext
 
 
 @functools.lru_cache(maxsize=1)
@@ -302,15 +298,6 @@ def render_report(done: dict[str, Any]) -> str:
     else:
         lines.append("None.")
     return "\n".join(lines) + "\n"
-
-
-def done_step(ctx: StepContext) -> None:
-    done = build_completion_record(ctx.job_dir, ctx.record)
-    done["completed_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    # the record this DONE describes: the campaign target leaves the job alone while it is unchanged
-    done["record_sha256"] = ctx.settings.get("record_sha256")
-    atomic_write_bytes(ctx.outputs["report"], render_report(done).encode("utf-8"))
-    write_json(ctx.outputs["done"], done)
 
 
 # Steps that act only with authority granted on the command line (docs/contract.md §6).

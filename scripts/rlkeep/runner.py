@@ -1,12 +1,12 @@
-"""The thin edge between a Snakemake rule and the package.
+"""The thin edge between a Snakemake rule and the package: the process that runs one step.
 
-Every rule runs its own adapter, `scripts/steps/<rule>.py`, which imports the rule's function
-directly (one import away from the rule, for a reader and an editor) and hands it to a
-RuleProcess: the step's log becomes the process's output, a StepContext is built (job, validated
-record, named inputs and outputs, settings) and the function runs. An RlkeepError ends the step
-with its message as the log's last line (`rlkeep: ...`) and exit status 1; the outputs are left
-unwritten, so Snakemake records the step as failed and a rerun resumes there. A TransientError
-is tried again first (run_step), a bounded number of times; any other failure only once.
+Every rule runs its own adapter, `scripts/steps/<rule>.py`, which hands the `snakemake` object to a
+RuleProcess: the step's log becomes the process's output, the function the rule's row names
+(rlkeep.pipeline, column `function`) is imported, a StepContext is built (rlkeep.context) and the
+function runs. An RlkeepError ends the step with its message as the log's last line (`rlkeep: ...`)
+and exit status 1; the outputs are left unwritten, so Snakemake records the step as failed and a
+rerun resumes there. A TransientError is tried again first (run_step), a bounded number of times;
+any other failure only once.
 """
 from __future__ import annotations
 
@@ -18,58 +18,19 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import Any, NoReturn, TextIO
 
+from rlkeep.context import StepContext, context_from_snakemake
 from rlkeep.diskspace import is_no_space, no_space_message
 from rlkeep.errors import RlkeepError, StepTerminated, TransientError
-from rlkeep.pipeline import step_function
 from rlkeep.jsonio import partial_files
-from rlkeep.records import JobRecord, load_record, record_path
+from rlkeep.pipeline import step_function
 from rlkeep.waits import seconds_from_env
 
-if TYPE_CHECKING:  # regions imports the storage layer (boto3), which only transfer steps need
-    from rlkeep.regions import Region
-
 log = logging.getLogger("rlkeep")
-
-
-@dataclass
-class StepContext:
-    job: str
-    record: JobRecord
-    data_root: Path
-    inputs: dict[str, Path]
-    outputs: dict[str, Path]
-    settings: dict[str, Any] = field(default_factory=dict)
-    config: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def job_dir(self) -> Path:
-        return self.data_root / self.job
-
-    def work_dir(self, name: str) -> Path:
-        """A private scratch folder of this step, kept across reruns (resume), under <job>/.work/."""
-        path = self.job_dir / ".work" / name
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
-    def authorized(self, key: str) -> bool:
-        """Authority granted on the command line for this job (see is_authorized)."""
-        return is_authorized(self.config, key, self.job)
-
-
-def is_authorized(config: Mapping[str, Any], key: str, job: str) -> bool:
-    """Authority granted on the command line for `job`: `--config key=<job>` names exactly this job;
-    a list (`--config 'key=[<job>, <other>]'`) grants it to each job it names. The Snakefile
-    (rules/common.smk) and the steps (StepContext.authorized) both ask this function."""
-    value = config.get(key)
-    if isinstance(value, (list, tuple)):
-        return job in [str(item) for item in value]
-    return value is not None and str(value) == job
 
 
 def configure_logging(stream: Any = None) -> None:
@@ -238,27 +199,6 @@ def _process_cost() -> str:
     return f"{cost}, peak {int(peak) / 1024:.0f} MB" if peak is not None else cost
 
 
-def context_from_snakemake(smk: Any) -> StepContext:
-    config = dict(smk.config)
-    data_root = Path.cwd()
-    job = smk.wildcards["job"]
-    records_dir = data_root / str(config.get("records", "records"))
-    record = load_record(record_path(records_dir, job))
-
-    def named(io: Any) -> dict[str, Path]:
-        return {name: Path(value) for name, value in io.items() if isinstance(value, str)}
-
-    return StepContext(
-        job=job,
-        record=record,
-        data_root=data_root,
-        inputs=named(smk.input),
-        outputs=named(smk.output),
-        settings=dict(smk.params.get("settings") or {}),
-        config=config,
-    )
-
-
 class RuleProcess:
     """The process Snakemake starts for one job of a rule, as its adapter (scripts/steps/<rule>.py)
     drives it: the log opens at once, the adapter imports its step function `with
@@ -325,58 +265,3 @@ def _close_log(stream: TextIO, step: str, status: int) -> None:
         if status == 0:
             print(f"rlkeep: step {step} done; its log could not take its last lines (no space left on its disk)",
                   file=sys.stderr, flush=True)
-
-
-def sentinel(status: str, **evidence: Any) -> dict[str, Any]:
-    """Every sentinel is JSON with a status and its evidence (docs/contract.md §4)."""
-    if status not in {"completed", "not_applicable"}:
-        raise ValueError(status)
-    return {"status": status, **evidence}
-
-
-def not_applicable(reason: str, **evidence: Any) -> dict[str, Any]:
-    return sentinel("not_applicable", reason=reason, **evidence)
-
-
-def check_transfer(ctx: StepContext, *, nbytes: int, what: str, source: Region | None = None,
-                   dest: Region | None = None) -> dict[str, Any]:
-    """Stop a large or cross-region transfer before it starts, unless this invocation allows it.
-
-    The allowance is `--config allow_transfer=<job>` for exactly this job (docs/contract.md §6).
-    source/dest: where each end is and how that is known (rlkeep.regions); absent means not looked
-    up for this transfer. A region that is unknown is said in the log, never assumed. Returns the
-    evidence for the step's sentinel: the regions compared and their sources, and whether the
-    allowance was used.
-    """
-    from rlkeep.regions import Region, compare
-
-    source = source or Region(None, "not looked up for this transfer")
-    dest = dest or Region(None, "not looked up for this transfer")
-    crossing = compare(source, dest)
-    allowed = ctx.authorized("allow_transfer")
-    evidence: dict[str, Any] = {
-        "what": what, "bytes": nbytes, "source_region": source.to_json(), "dest_region": dest.to_json(),
-        "regions_compared": crossing is not None, "cross_region": crossing,
-        "allowed_by": f"--config allow_transfer={ctx.job}" if allowed else None,
-    }
-    if crossing is None:
-        unknown = [f"{end} region unknown ({region.source})" for end, region in (("source", source), ("destination", dest))
-                   if not region.known]
-        log.info("%s: regions not compared: %s", what, "; ".join(unknown))
-    else:
-        log.info("%s: source region %s, destination region %s: %s", what, source.describe(), dest.describe(),
-                 "crosses regions" if crossing else "same region")
-    if allowed:
-        return evidence
-    limit = int(ctx.config.get("policy", {}).get("max_transfer_bytes", 0) or 0)
-    if limit and nbytes > limit:
-        raise RlkeepError(
-            f"{what}: {nbytes:,} bytes is over policy.max_transfer_bytes = {limit:,}; nothing was transferred. "
-            f"To allow it for this job only, rerun with --config allow_transfer={ctx.job}"
-        )
-    if crossing:
-        raise RlkeepError(
-            f"{what}: crosses regions ({source.name} -> {dest.name}): source region from {source.source}, "
-            f"destination region from {dest.source}; nothing was transferred. To allow it for this job only, rerun with --config allow_transfer={ctx.job}"
-        )
-    return evidence

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from rlkeep.chain_recapture import write_bookkeeping
+from rlkeep.context import StepContext, sentinel
 from rlkeep.jsonio import read_json, write_json
 from rlkeep.scheduler.interface import StopJournal
 from rlkeep.scheduler.named import scheduler_for
-from rlkeep.steps import StepContext, sentinel
 
 
 def split_excluded(unrecorded: list[dict[str, Any]], excludes: tuple[str, ...]) -> tuple[list[dict[str, Any]],
