@@ -166,7 +166,7 @@ import os, signal, sys, time
 os.kill(os.getpid(), signal.SIGINT)  # a Ctrl-C while the step is still starting (blocked: it waits)
 time.sleep(0.2)
 from rlkeep.errors import StepTerminated
-from rlkeep.steps import stop_signals_raise
+from rlkeep.runner import stop_signals_raise
 try:
     with stop_signals_raise():
         time.sleep(5)

@@ -24,7 +24,7 @@ too little to be worth owning was removed: docs/upstream/README.md says which).
   import would die there and print its KeyboardInterrupt traceback to the terminal. Through
   Snakemake's public `shell.prefix`, each step starts with SIGINT blocked (coreutils'
   `env --block-signal`), so a Ctrl-C waits, pending, until the step's own handler is in place
-  (rlkeep.steps.stop_signals_raise unblocks it) and then stops the step as any other stop does.
+  (rlkeep.runner.stop_signals_raise unblocks it) and then stops the step as any other stop does.
 - `rescheduling_timers`: Snakemake's job rate limiter arms a non-daemon `threading.Timer` to re-run
   the scheduler after every scheduling round, and the interpreter waits for such a thread before it
   exits. `scheduler_finished()` (the onsuccess and onerror handlers: the scheduler has finished)
