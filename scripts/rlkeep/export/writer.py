@@ -12,7 +12,7 @@ from rlkeep.errors import RlkeepError
 from rlkeep.export.layout import COPY_CHUNK_BYTES, FLUSH_EVERY_BYTES, HASH_BUFFER_BYTES
 from rlkeep.export.plan import PlannedShard
 from rlkeep.export.safetensors_header import encode_safetensors_header
-from rlkeep.export.sources import FileRange
+from rlkeep.export.sources import FileRange, StoreRange
 from rlkeep.hashing import hash_range, sha256_file
 from rlkeep.files import link_or_copy
 
@@ -79,6 +79,28 @@ def _copy_range(src_fd: int, dst_fd: int, offset: int, length: int, dst_offset: 
             raise RlkeepError(f"{src_path}: ends at byte {offset + done}, before the {length} bytes its header "
                               f"promises from {offset} (truncated while reading)")
         done += count
+
+
+class _FileAt:
+    """A sink writing at a position of an open file; a store read that retries seeks back and writes again."""
+
+    def __init__(self, fd: int, position: int) -> None:
+        self.fd, self.position = fd, position
+
+    def write(self, data: bytes) -> int:
+        _pwrite_all(self.fd, memoryview(data), self.position)
+        self.position += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.position
+
+    def seek(self, position: int) -> int:
+        self.position = position
+        return position
+
+    def truncate(self) -> None:
+        """Nothing to cut: the retried read writes the same range again."""
 
 
 def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
@@ -152,6 +174,10 @@ class Writer:
                                         piece.path)
                             position += length
                             hasher.advance(position)
+                    elif isinstance(piece, StoreRange):
+                        piece.store.read_range(piece.key, piece.offset, piece.length, _FileAt(fd, position))
+                        position += piece.length
+                        hasher.advance(position)
                     else:
                         data = piece()
                         _pwrite_all(fd, data, position)
