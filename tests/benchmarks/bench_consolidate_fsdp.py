@@ -330,6 +330,9 @@ def main() -> None:
     figures = {
         "bench": "consolidate_fsdp", "cpu_count": os.cpu_count(), "sizes": results,
         "machine_note": "shared 2-core machine: the load average (before and after each way) is in each size",
+        "baseline_note": "naive neither fsyncs nor hashes its output; local, store and download_local write, "
+                         "sha256, fsync and verify theirs; the rank files were just written, so local and naive "
+                         "read them from the page cache",
         "peak_anon_method": f"RssAnon of /proc/<pid>/status sampled every {SAMPLE_S}s; peak_rss_mb is ru_maxrss "
                             "(mapped file pages included)",
         "target": "every way's output equals the naive one; local faster than naive; store with less anonymous "
