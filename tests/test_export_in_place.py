@@ -130,6 +130,35 @@ def test_a_truncated_rank_file_in_the_store_is_named_and_nothing_is_left(fsdp_st
     assert not list(ctx.job_dir.glob(".model.tmp-*"))
 
 
+def test_a_rank_file_replaced_while_it_is_read_refuses_and_removes_the_model(fsdp_step_dir: Path, bucket: str,
+                                                                            tmp_path: Path) -> None:
+    from rlkeep.export import detect_format
+    from rlkeep.export.step import _consolidate_in_place
+
+    upload(fsdp_step_dir, bucket, "rl-moved")
+    store = open_store(f"s3://{bucket}/iris/rl-moved")
+    prefix = f"ckpts/global_step_{STEP}"
+    listed = {info.key[len(prefix) + 1:]: info for info in store.list(prefix)}
+    identity = {name: [info.size, info.etag, info.last_modified] for name, info in listed.items()}
+    detection = detect_format({name: info.size for name, info in listed.items()})
+    sizes = {name: listed[name].size for name in detection.needed_files}
+    small = tmp_path / "small"
+    for name in sizes:
+        if "model_world_size_" not in name:
+            (small / name).parent.mkdir(parents=True, exist_ok=True)
+            (small / name).write_bytes((fsdp_step_dir / name).read_bytes())
+    rank = "policy/model_world_size_3_rank_2.pt"
+    data = bytearray((fsdp_step_dir / rank).read_bytes())
+    data[-30_000] ^= 0xFF  # the same size, another object: a new ETag
+    store.put_bytes(f"{prefix}/{rank}", bytes(data))
+    model = tmp_path / "job" / "model"
+    with pytest.raises(RlkeepError) as refused:
+        _consolidate_in_place(store, prefix, sizes, identity, small, model, detection, store.url_of(prefix))
+    message = str(refused.value)
+    assert rank in message and "changed in the store while the model was read" in message, message
+    assert not model.exists() and not list(model.parent.glob(".model.tmp-*"))
+
+
 def test_ranged_reads_return_exactly_the_bytes_asked_for(bucket: str) -> None:
     store = open_store(f"s3://{bucket}/ranges")
     data = os.urandom(3 << 20)
