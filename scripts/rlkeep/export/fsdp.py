@@ -77,7 +77,7 @@ def rank_order(root: str, names: Iterable[str], declared_world: object, config_l
 def fsdp_tensors(labels: Sequence[str], states: Sequence[Mapping[str, Any]],
                  piece_of: Callable[[Any], BytesPiece]) -> list[SourceTensor]:
     """The full tensors of rank states (unpickled rank files, `labels` naming them in messages);
-    piece_of(rank, local tensor) says where a rank's rows of one tensor are read from."""
+    piece_of(local tensor) says where one rank's rows of one tensor are read from."""
     torch = require_torch()
     names = list(states[0].keys())
     for label, state in zip(labels[1:], states[1:]):
