@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rlkeep.context import StepContext
-from rlkeep.diskspace import FREE_BYTES_ENV, MODEL_COPIES, TAR_OVERHEAD_PER_MEMBER, DiskFullError, run_space_need
+from rlkeep.diskspace import FREE_BYTES_ENV, TAR_OVERHEAD_PER_MEMBER, DiskFullError, run_space_need
 from rlkeep.records import validate_record_data
 from rlkeep.report import build_status
 from rlkeep.storage import open_store
@@ -32,14 +32,25 @@ TREE = {
 }
 
 
-def test_the_need_counts_both_tars_the_archive_and_the_largest_model_twice() -> None:
+def test_the_need_counts_both_tars_the_archive_and_the_largest_model_once() -> None:
+    """An FSDP step's rank files are read in place into the model, an HF export's shards are linked
+    into it: the largest model (step 20's 800 bytes of rank files) is on disk once."""
     need = run_space_need(((key, len(data)) for key, data in TREE.items()), traces_prefix="trace_jobs",
                           ckpts_prefix="ckpts", exports_prefix="exports", left_out=is_weight_or_dump)
     traces = sum(len(d) for k, d in TREE.items() if k.startswith("trace_jobs/"))
     logs = len(TREE["logs/rl-space.out"]) + len(TREE["ckpts/latest_ckpt_global_step.txt"])
     tars = traces + logs + TAR_OVERHEAD_PER_MEMBER * (12 + 2 + 4)
     assert need == {"trace_bytes": traces, "log_bytes": logs, "sync_tar_bytes": tars, "archive_bytes": tars,
-                    "model_bytes": 800, "model_copies": MODEL_COPIES, "needed_bytes": 2 * tars + MODEL_COPIES * 800}
+                    "model_bytes": 800, "model_copies": 1, "needed_bytes": 2 * tars + 800}
+
+
+def test_an_export_with_a_shard_over_the_limit_is_counted_twice() -> None:
+    """Its shards are repacked from the download, which stays until the model is written: 2 x 700 > 800."""
+    need = run_space_need(((key, len(data)) for key, data in TREE.items()), traces_prefix="trace_jobs",
+                          ckpts_prefix="ckpts", exports_prefix="exports", left_out=is_weight_or_dump,
+                          max_shard_bytes=600)
+    assert (need["model_bytes"], need["model_copies"]) == (700, 2)
+    assert need["needed_bytes"] == 2 * need["sync_tar_bytes"] + 1400
 
 
 def record_for(bucket: str, job: str = "rl-space"):

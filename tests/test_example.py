@@ -285,6 +285,21 @@ def test_n_trials_scales_the_trial_count(tmp_path: Path) -> None:
         assert run.trials_completed == len(list((run.root / "trace_jobs").glob("*/result.json")))
 
 
+def test_trial_kb_gives_every_trial_agent_a_recording_of_that_size(tmp_path: Path) -> None:
+    small = dict(n_trials=12, model_hidden=16, large_result_mb=0.05, large_pane_mb=0.02)
+    plain = write_example_run(tmp_path / "plain", **small)
+    big = write_example_run(tmp_path / "big", trial_kb=40, **small)
+    casts = sorted((big.root / "trace_jobs").glob("*/agent/recording.cast"))
+    agents = list((big.root / "trace_jobs").glob("*/agent"))
+    assert len(casts) == len(agents) >= 10 and all(40 * 1024 <= p.stat().st_size < 42 * 1024 for p in casts)
+    assert json.loads(casts[0].read_text().splitlines()[0])["version"] == 2  # asciinema v2, as terminus writes
+    assert len(list((plain.root / "trace_jobs").glob("*/agent/recording.cast"))) < len(agents)
+
+    def trace_bytes(run: ExampleRun) -> int:
+        return sum(p.stat().st_size for p in (run.root / "trace_jobs").rglob("*") if p.is_file())
+    assert trace_bytes(big) - trace_bytes(plain) > len(agents) * 35 * 1024
+
+
 def test_record_carries_every_required_contract_field(run: ExampleRun) -> None:
     record = run.record(store_url="s3://demo-bucket/iris/rl-demo/")
     assert set(record) <= CONTRACT_KEYS
@@ -359,6 +374,7 @@ def test_cli_writes_tree_record_and_iris_state_and_reruns_safely(tmp_path: Path,
     ({"job": "bad/name"}, "job"),
     ({"n_trials": 3}, "n_trials"),
     ({"model_hidden": 20}, "model_hidden"),
+    ({"trial_kb": -1}, "trial_kb"),
 ])
 def test_bad_parameters_fail_before_writing(tmp_path: Path, kwargs: dict, message: str) -> None:
     with pytest.raises(RlkeepError, match=message):

@@ -24,8 +24,6 @@ FREE_BYTES_ENV = "RLKEEP_FREE_BYTES"
 # counted at their size (gzip's ratio is not known before it runs), members are redacted as they
 # stream, so no second uncompressed copy; the restore rehearsal compares digests as it streams.
 ARCHIVE_PER_TAR_BYTE = 1
-# the export downloads the selected checkpoint's model files, then writes the model from them
-MODEL_COPIES = 2
 
 
 class DiskFullError(RlkeepError):
@@ -68,25 +66,35 @@ def no_space_message(error: OSError, fallback: str | os.PathLike[str], needed: i
             "what was being written has been removed. Free space there, then rerun the same command")
 
 
-def _model_bytes(objects: list[tuple[str, int]], ckpts_prefix: str | None, exports_prefix: str | None) -> int:
-    """The largest model among the saved steps: an FSDP step's model rank files, or an HF export's
-    safetensors (the selected step is chosen later, from the metrics)."""
-    per_step: dict[tuple[str, str], int] = {}
+def _model_need(objects: list[tuple[str, int]], ckpts_prefix: str | None, exports_prefix: str | None,
+                max_shard_bytes: int) -> tuple[int, int]:
+    """(bytes, copies) of the saved step whose export holds the most on disk at its peak (the selected
+    step is chosen later, from the metrics). An FSDP step's model rank files are read in place from
+    the store into the model's shards: its model is on disk once. An HF export is downloaded and its
+    shards linked into the model, once, unless a shard exceeds max_shard_bytes: then the model is
+    repacked from the download, twice until the download is removed."""
+    per_step: dict[tuple[str, str], list[int]] = {}
     for key, size in objects:
         name = key.rsplit("/", 1)[-1]
         for prefix, wanted in ((ckpts_prefix, r"model_world_size_\d+_rank_\d+\.pt"),
                                (exports_prefix, r".+\.safetensors")):
             if prefix and key.startswith(prefix) and re.fullmatch(wanted, name):
                 step = key[len(prefix):].split("/", 1)[0]
-                per_step[(prefix, step)] = per_step.get((prefix, step), 0) + size
-    return max(per_step.values(), default=0)
+                found = per_step.setdefault((prefix, step), [0, 1])
+                found[0] += size
+                if prefix == exports_prefix and size > max_shard_bytes:
+                    found[1] = 2
+    return max(((nbytes, copies) for nbytes, copies in per_step.values()), key=lambda need: need[0] * need[1],
+               default=(0, 1))
 
 
 def run_space_need(objects: Iterable[tuple[str, int]], *, traces_prefix: str | None, ckpts_prefix: str | None,
-                   exports_prefix: str | None, left_out: Callable[[str], Any]) -> dict[str, int]:
+                   exports_prefix: str | None, left_out: Callable[[str], Any],
+                   max_shard_bytes: int | None = None) -> dict[str, int]:
     """What a run's data root holds at its peak, from the store listing (key, size) under the
     record's store: the sync tars (the trace tree, and the logs and artifacts `left_out` does not
-    name as weights or dumps), the archive beside them, and the largest model MODEL_COPIES times."""
+    name as weights or dumps), the archive beside them, and the model its export holds at its peak
+    (model_bytes, model_copies times)."""
     objects = list(objects)
     prefixes = [p.strip("/") + "/" if p else None for p in (traces_prefix, ckpts_prefix, exports_prefix)]
     traces, ckpts, exports = prefixes
@@ -100,10 +108,13 @@ def run_space_need(objects: Iterable[tuple[str, int]], *, traces_prefix: str | N
             continue
         members += 1
     tars = trace_bytes + log_bytes + TAR_OVERHEAD_PER_MEMBER * (members + 4)
-    model = _model_bytes(objects, ckpts, exports)
+    if max_shard_bytes is None:
+        from rlkeep.export.layout import DEFAULT_MAX_SHARD_BYTES  # the export's limit (rlkeep.export imports us)
+        max_shard_bytes = DEFAULT_MAX_SHARD_BYTES
+    model, copies = _model_need(objects, ckpts, exports, max_shard_bytes)
     archive = ARCHIVE_PER_TAR_BYTE * tars
     return {"trace_bytes": trace_bytes, "log_bytes": log_bytes, "sync_tar_bytes": tars, "archive_bytes": archive,
-            "model_bytes": model, "model_copies": MODEL_COPIES, "needed_bytes": tars + archive + MODEL_COPIES * model}
+            "model_bytes": model, "model_copies": copies, "needed_bytes": tars + archive + copies * model}
 
 
 def bytes_under(folder: Path) -> int:

@@ -9,7 +9,13 @@ load average before and after. Across sizes: each step's fitted cost per trial (
 per GB of trace bytes, which grow with the trials), its CPU growth from one size to the next, and a
 linear projection of the whole command to PROJECT_TRIALS trials (a projection, not a measurement).
 
-    .venv/bin/python tests/benchmarks/bench_growth.py [--trials 2000 8000 [32000]] [--quick]
+--trial-kb gives the runs more bytes per trial (every trial's agent leaves a terminal recording of
+about that many KB, rlkeep_dev.example's trial_kb); each trial count runs at each --trial-kb. With
+two or more trial sizes the trials and the bytes vary apart, and the fit has two variables: cost =
+fixed + a x trials + b x trace GB, per step and for the command, projected to PROJECT_TRIALS trials
+and PROJECT_GB of traces (a projection from measured costs, not a measurement).
+
+    .venv/bin/python tests/benchmarks/bench_growth.py [--trials 2000 8000 [32000]] [--trial-kb 0 500] [--quick]
 
 --quick: 500 and 2,000 trials. Writes bench/results/growth.json (--out).
 """
@@ -38,6 +44,7 @@ USER = "bench"
 BUCKET = "runs"
 SAMPLE_S = 1.0
 PROJECT_TRIALS = 50_000
+PROJECT_GB = 30.0
 LOG_LINE = re.compile(r"step \S+(?: \([^)]*\))? done in ([\d.]+)s \(process CPU ([\d.]+) s user, ([\d.]+) s system"
                       r"(?:, peak (\d+) MB)?\)")
 
@@ -113,7 +120,7 @@ def gzip_cpu(tar: Path) -> float:
     return round(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, 2)
 
 
-def one_size(n_trials: int, work: Path) -> dict[str, Any]:
+def one_size(n_trials: int, work: Path, trial_kb: float = 0.0) -> dict[str, Any]:
     import yaml
 
     from rlkeep.registry import register_base_model
@@ -137,7 +144,7 @@ def one_size(n_trials: int, work: Path) -> dict[str, Any]:
                "IRIS_STANDIN_CALLS": str(services / "iris-calls.jsonl"), **no_cluster_env(services)}
         os.environ.update(env)
         started = time.monotonic()
-        run = write_example_run(work / "run", job=JOB, user=USER, n_trials=n_trials)
+        run = write_example_run(work / "run", job=JOB, user=USER, n_trials=n_trials, trial_kb=trial_kb)
         store_url = f"s3://{BUCKET}/iris/{JOB}"
         objects = upload_tree(run.root, open_store(store_url))
         generated_s = round(time.monotonic() - started, 1)
@@ -174,7 +181,7 @@ def one_size(n_trials: int, work: Path) -> dict[str, Any]:
     peak, final = sampler.peak, tree_bytes(data_root)
     gzip_s = gzip_cpu(job_dir / "sync" / "trace_jobs.tar")
     figures = {
-        "trials": n_trials, "trace_objects": traces["objects_synced"], "store_objects": objects,
+        "trials": n_trials, "trial_kb": trial_kb, "trace_objects": traces["objects_synced"], "store_objects": objects,
         "trace_bytes": trace_bytes, "log_bytes": logs["bytes"], "model_bytes": model_bytes,
         "generate_and_upload_s": generated_s,
         "command_wall_s": round(wall, 1),
@@ -229,22 +236,64 @@ def fit(sizes: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def fit_trials_and_bytes(sizes: list[dict[str, Any]]) -> dict[str, Any]:
+    """Least squares of each step's CPU (and the command's wall and CPU) on [1, thousands of trials,
+    trace GB], over runs whose bytes per trial differ, so the two slopes are told apart; each
+    projected to PROJECT_TRIALS trials and PROJECT_GB of traces."""
+    import numpy as np
+
+    design = np.array([[1.0, s["trials"] / 1000, s["trace_bytes"] / 1e9] for s in sizes])
+
+    def solve(values: list[float]) -> dict[str, float]:
+        (fixed, per_k, per_gb), *_ = np.linalg.lstsq(design, np.array(values), rcond=None)
+        projected = fixed + per_k * PROJECT_TRIALS / 1000 + per_gb * PROJECT_GB
+        return {"fixed_s": round(float(fixed), 2), "s_per_1000_trials": round(float(per_k), 3),
+                "s_per_trace_gb": round(float(per_gb), 2), "projected_s": round(float(projected), 1)}
+
+    steps = {name: solve([s["steps"][name]["cpu_s"] for s in sizes])
+             for name in sorted(set.intersection(*(set(s["steps"]) for s in sizes)))}
+    wall = solve([s["command_wall_s"] for s in sizes])
+    return {
+        "what": "cost = fixed + a x (trials / 1000) + b x trace GB, least squares over the measured runs (CPU "
+                "seconds per step, the command's wall and CPU); projected_s is that fit evaluated at "
+                f"{PROJECT_TRIALS:,} trials and {PROJECT_GB:g} GB of traces: a projection, not a measurement",
+        "runs": [{"trials": s["trials"], "trial_kb": s.get("trial_kb", 0.0), "trace_gb": round(s["trace_bytes"] / 1e9, 3)}
+                 for s in sizes],
+        "steps_cpu": steps, "command_wall": wall, "command_cpu": solve([s["command_cpu_s"] for s in sizes]),
+        "projection": {"trials": PROJECT_TRIALS, "trace_gb": PROJECT_GB,
+                       "command_wall_min": round(wall["projected_s"] / 60, 1), "is_a_projection": True},
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, nargs="+", default=[2000, 8000, 32000])
+    parser.add_argument("--trial-kb", type=float, nargs="+", default=[0.0],
+                        help="KB of terminal recording added to every trial; each trial count runs at each")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "growth.json")
     args = parser.parse_args()
     counts = [500, 2000] if args.quick else sorted(args.trials)
     sizes = []
-    for n in counts:
-        work = Path(tempfile.mkdtemp(prefix=f"rlkeep-growth-{n}-"))
-        figures = one_size(n, work)
-        print(json.dumps({"trials": n, "command_wall_s": figures["command_wall_s"],
-                          "archive": figures["steps"].get("archive")}), file=sys.stderr, flush=True)
-        sizes.append(figures)
-    result = {"bench": "growth", "machine": "2 cores, 24 GiB, shared with other developers' work (see load_*)",
-              "sizes": sizes, **(fit(sizes) if len(sizes) > 1 else {})}
+    for kb in sorted(set(args.trial_kb)):
+        for n in counts:
+            work = Path(tempfile.mkdtemp(prefix=f"rlkeep-growth-{n}-"))
+            figures = one_size(n, work, kb)
+            print(json.dumps({"trials": n, "trial_kb": kb, "trace_bytes": figures["trace_bytes"],
+                              "command_wall_s": figures["command_wall_s"], "archive": figures["steps"].get("archive")}),
+                  file=sys.stderr, flush=True)
+            sizes.append(figures)
+    result: dict[str, Any] = {"bench": "growth", "machine": "2 cores, 24 GiB, shared with other developers' work "
+                              "(see load_*)", "sizes": sizes}
+    if len({s["trial_kb"] for s in sizes}) > 1 and len(sizes) >= 3:
+        result["fit_trials_and_bytes"] = fit_trials_and_bytes(sizes)
+    by_kb = {kb: [s for s in sizes if s["trial_kb"] == kb] for kb in sorted({s["trial_kb"] for s in sizes})}
+    runs = list(by_kb.values())
+    if len(runs[0]) > 1:  # the one-variable fit on the trial count, at the smallest bytes per trial
+        result.update(fit(runs[0]))
+    others = {str(kb): fit(same) for kb, same in list(by_kb.items())[1:] if len(same) > 1}
+    if others:
+        result["fit_by_trial_kb"] = others
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result))

@@ -11,15 +11,17 @@ whose weights sit under ``policy/`` or ``huggingface/`` is not the flat model. T
    A sharded export whose shards all fit keeps its sharding: files already in final form are
    hard-linked, never rewritten. Otherwise safetensors inputs are copied as byte ranges in the
    kernel (copy_file_range). FSDP rank shards (torch pickles of DTensor Shard(0) pieces)
-   are concatenated along dim 0, which for row-major tensors is plain byte concatenation.
-   The folder is built in a sibling temp dir, verified, fsynced, then renamed into place.
+   are concatenated along dim 0, which for row-major tensors is plain byte concatenation; the
+   pipeline step reads them in place in the store by byte range (``fsdp_store``), so the model's
+   bytes are on disk once. The folder is built in a sibling temp dir, verified, fsynced, then
+   renamed into place.
 3. ``verify_model``: every check a downstream reader relies on, all problems reported at once.
 
 Megatron dist-checkpoints and DeepSpeed ZeRO partitions are refused with the export job they
 need: remapping their tensors by hand here would be a guess.
 
-One module per job: layout (file names, dtype sizes), detect, safetensors_header, sources and
-fsdp (where each tensor's bytes come from), plan (output shards and the index), writer,
+One module per job: layout (file names, dtype sizes), detect, safetensors_header, sources, fsdp
+and fsdp_store (where each tensor's bytes come from), plan (output shards and the index), writer,
 verify (one function per check), consolidate, cli (`rlkeep consolidate`, `rlkeep
 verify-model`) and step (the pipeline step). The public names are re-exported here.
 """

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from rlkeep.export.detect import Detection, detect_format, list_files
 from rlkeep.export.fsdp import fsdp_source
 from rlkeep.export.layout import CONFIG_FILES, DEFAULT_MAX_SHARD_BYTES, INDEX_NAME, REMOTE_CODE_FILE
 from rlkeep.export.plan import PlannedShard, index_bytes, plan_shards
-from rlkeep.export.sources import few, safetensors_source
+from rlkeep.export.sources import SourceModel, few, safetensors_source
 from rlkeep.export.verify import architectures_problem, json_problem, verify_folder
 from rlkeep.export.writer import Writer, fsync_directory, hash_pool
 from rlkeep.tokenizer import TOKENIZER_FILES, TOKENIZER_REQUIREMENT, has_tokenizer
@@ -52,8 +52,17 @@ def consolidate(src_dir: str | os.PathLike[str], dst_dir: str | os.PathLike[str]
         source = fsdp_source(src_dir, detection)
     else:
         raise RlkeepError(f"{src_dir}: unknown format {detection.format!r}")
+    sizes = {p: (src_dir / p).stat().st_size for p in detection.needed_files}
+    return consolidate_source(source, dst_dir, detection=detection, origin=str(src_dir), sizes=sizes,
+                              max_shard_bytes=max_shard_bytes)
+
+
+def consolidate_source(source: SourceModel, dst_dir: Path, *, detection: Detection, origin: str,
+                       sizes: Mapping[str, int], max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> dict[str, Any]:
+    """Write the model of `source` (read from `origin`, whose files are `sizes`) into dst_dir, verified,
+    through a sibling temp dir; return the report."""
     if not source.tensors:
-        raise RlkeepError(f"{root}: the checkpoint holds no tensors")
+        raise RlkeepError(f"{origin}: the checkpoint holds no tensors")
     aux = _aux_sources(source.aux_dir)
     expected = {t.name: (t.dtype, t.shape) for t in source.tensors}
     plan = plan_shards(source.tensors, max_shard_bytes, source.whole_files)
@@ -61,7 +70,7 @@ def consolidate(src_dir: str | os.PathLike[str], dst_dir: str | os.PathLike[str]
     dst_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{dst_dir.name}.tmp-", dir=dst_dir.parent))
     try:
-        require_free(staging, _bytes_to_write(plan, aux, staging), f"consolidation of {src_dir} into {dst_dir}")
+        require_free(staging, _bytes_to_write(plan, aux, staging), f"consolidation of {origin} into {dst_dir}")
         with hash_pool() as pool:
             writer = Writer(staging, pool)
             try:
@@ -89,7 +98,7 @@ def consolidate(src_dir: str | os.PathLike[str], dst_dir: str | os.PathLike[str]
         source.keepalive.clear()
     fsync_directory(dst_dir.parent)
     verification["dir"] = str(dst_dir)
-    return _report(src_dir, dst_dir, detection, plan, max_shard_bytes, writer.reused, source.notes, verification)
+    return _report(origin, sizes, dst_dir, detection, plan, max_shard_bytes, writer.reused, source.notes, verification)
 
 
 # a shard's safetensors header (names, dtypes, shapes, offsets), generously
@@ -109,15 +118,14 @@ def _bytes_to_write(plan: Sequence[PlannedShard], aux: Sequence[Path], staging: 
     return written + sum(path.stat().st_size for path in aux) + HEADER_ALLOWANCE
 
 
-def _report(src_dir: Path, dst_dir: Path, detection: Detection, plan: Sequence[PlannedShard], max_shard_bytes: int,
-            reused_whole: Any, notes: Any, verification: dict[str, Any]) -> dict[str, Any]:
+def _report(origin: str, sizes: Mapping[str, int], dst_dir: Path, detection: Detection, plan: Sequence[PlannedShard],
+            max_shard_bytes: int, reused_whole: Any, notes: Any, verification: dict[str, Any]) -> dict[str, Any]:
     """The consolidation report export.json carries: source files, detection, output and verification."""
-    sizes = {p: (src_dir / p).stat().st_size for p in detection.needed_files}
     return {
         "status": "completed",
         "format": detection.format,
         "source": {
-            "dir": str(src_dir),
+            "dir": origin,
             "kind": detection.source,
             "root": detection.root,
             "files": [{"path": p, "size": sizes[p]} for p in sorted(sizes)],

@@ -20,7 +20,16 @@ class FileRange:
     length: int
 
 
-BytesPiece = FileRange | Callable[[], memoryview]
+@dataclass(frozen=True)
+class StoreRange:
+    """Bytes read from an object of the store as they are written: never a local copy first."""
+    store: Any  # rlkeep.storage.Store
+    key: str
+    offset: int
+    length: int
+
+
+BytesPiece = FileRange | StoreRange | Callable[[], memoryview]
 
 
 @dataclass(frozen=True)

@@ -5,16 +5,25 @@ import errno
 import hashlib
 import os
 import threading
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_all
 from pathlib import Path
+from typing import Any
 
 from rlkeep.errors import RlkeepError
 from rlkeep.export.layout import COPY_CHUNK_BYTES, FLUSH_EVERY_BYTES, HASH_BUFFER_BYTES
 from rlkeep.export.plan import PlannedShard
 from rlkeep.export.safetensors_header import encode_safetensors_header
-from rlkeep.export.sources import FileRange
+from rlkeep.export.sources import FileRange, StoreRange
 from rlkeep.hashing import hash_range, sha256_file
 from rlkeep.files import link_or_copy
+
+
+# Ranged GETs in flight while a shard is written: their latencies overlap (a rank's rows of one
+# tensor are one GET), and at most STORE_READS_AHEAD pieces wait for an earlier one to land.
+STORE_READERS = 4
+STORE_READS_AHEAD = 64
 
 
 class _TrailingHasher:
@@ -81,6 +90,28 @@ def _copy_range(src_fd: int, dst_fd: int, offset: int, length: int, dst_offset: 
         done += count
 
 
+class _FileAt:
+    """A sink writing at a position of an open file; a store read that retries seeks back and writes again."""
+
+    def __init__(self, fd: int, position: int) -> None:
+        self.fd, self.position = fd, position
+
+    def write(self, data: bytes) -> int:
+        _pwrite_all(self.fd, memoryview(data), self.position)
+        self.position += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.position
+
+    def seek(self, position: int) -> int:
+        self.position = position
+        return position
+
+    def truncate(self) -> None:
+        """Nothing to cut: the retried read writes the same range again."""
+
+
 def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
     data = data.cast("B") if data.format != "B" or data.ndim != 1 else data
     while len(data):
@@ -101,6 +132,7 @@ class Writer:
         self._hashers: list[_TrailingHasher] = []
         self._syncer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlkeep-fsync")
         self._syncs: list[Future[None]] = []
+        self._fetcher: ThreadPoolExecutor | None = None
 
     def finish(self) -> None:
         """Wait until every shard is on disk (raises the first fsync error)."""
@@ -111,6 +143,8 @@ class Writer:
         for hasher in self._hashers:
             hasher.close()
         self._syncer.shutdown(wait=True)
+        if self._fetcher is not None:
+            self._fetcher.shutdown(wait=True)
         for fd in self._src_fds.values():
             os.close(fd)
         self._src_fds.clear()
@@ -136,6 +170,15 @@ class Writer:
             return
         header = encode_safetensors_header([(t.name, t.dtype, t.shape, t.nbytes) for t in shard.tensors])
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        # Store reads run on the fetch threads, each into its own range of the file; the hasher
+        # trails the longest prefix whose pieces are all written.
+        pending: deque[tuple[int, Future[Any]]] = deque()
+
+        def settle(wait: bool) -> None:
+            while pending and (wait or pending[0][1].done() or len(pending) > STORE_READS_AHEAD):
+                end, future = pending.popleft()
+                future.result()
+                hasher.advance(end)
         try:
             hasher = self._hash_behind(target)
             _pwrite_all(fd, memoryview(header), 0)
@@ -151,23 +194,39 @@ class Writer:
                             _copy_range(self._src_fd(piece.path), fd, piece.offset + offset, length, position,
                                         piece.path)
                             position += length
-                            hasher.advance(position)
+                            pending.append((position, _done(None)))
+                            settle(False)
+                    elif isinstance(piece, StoreRange):
+                        read = self._fetch_pool().submit(piece.store.read_range, piece.key, piece.offset, piece.length,
+                                                         _FileAt(fd, position))
+                        position += piece.length
+                        pending.append((position, read))
                     else:
                         data = piece()
                         _pwrite_all(fd, data, position)
                         position += data.nbytes
-                        hasher.advance(position)
+                        pending.append((position, _done(None)))
+                    settle(False)
                     # Start writeback early so the disk works while we copy, instead of at the end.
                     if position - flushed_at >= FLUSH_EVERY_BYTES and (flushing is None or flushing.done()):
                         flushing, flushed_at = self._syncer.submit(os.fdatasync, fd), position
                 if position - start != tensor.nbytes:
                     raise RlkeepError(f"tensor {tensor.name!r}: wrote {position - start} bytes, expected "
                                       f"{tensor.nbytes} for {tensor.dtype}{list(tensor.shape)}")
+            settle(True)
             hasher.close()
         except BaseException:
+            for _, future in pending:
+                future.cancel()
+            wait_all([future for _, future in pending])  # no read may still write into fd once it is closed
             self._syncs.append(self._syncer.submit(os.close, fd))
             raise
         self._syncs.append(self._syncer.submit(_fsync_and_close, fd))
+
+    def _fetch_pool(self) -> ThreadPoolExecutor:
+        if self._fetcher is None:
+            self._fetcher = ThreadPoolExecutor(max_workers=STORE_READERS, thread_name_prefix="rlkeep-ranged-get")
+        return self._fetcher
 
     def write_small(self, name: str, data: bytes) -> None:
         fd = os.open(self.out_dir / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -187,8 +246,8 @@ def _fsync_and_close(fd: int) -> None:
         os.close(fd)
 
 
-def _done(value: str) -> Future[str]:
-    future: Future[str] = Future()
+def _done(value: Any) -> Future[Any]:
+    future: Future[Any] = Future()
     future.set_result(value)
     return future
 

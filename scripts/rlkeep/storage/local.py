@@ -52,6 +52,21 @@ class FileStore:
         except FileNotFoundError:
             raise ObjectMissing(f"{self.url_of(key)}: listed but no longer exists") from None
 
+    def read_range(self, key: str, offset: int, length: int, sink: IO[bytes]) -> int:
+        try:
+            with open(self._path(key), "rb") as handle:
+                handle.seek(offset)
+                left = length
+                while left:
+                    chunk = handle.read(min(CHUNK, left))
+                    if not chunk:
+                        raise StoreError(f"{self.url_of(key)}: ends before byte {offset + length}")
+                    sink.write(chunk)
+                    left -= len(chunk)
+                return length
+        except FileNotFoundError:
+            raise ObjectMissing(f"{self.url_of(key)}: listed but no longer exists") from None
+
     def read_bytes(self, key: str) -> bytes:
         try:
             return self._path(key).read_bytes()

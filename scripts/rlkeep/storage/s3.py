@@ -121,6 +121,27 @@ class S3Store:
         except ObjectMissing:
             raise ObjectMissing(f"{what}: listed but no longer exists") from None
 
+    def read_range(self, key: str, offset: int, length: int, sink: IO[bytes]) -> int:
+        """Stream `length` bytes of one object from `offset` into sink (a rewindable sink, as read_into's)."""
+        full = self.full_key(key)
+        what = f"{self.url_of(key)} (bytes {offset}..{offset + length})"
+        start = sink.tell()
+
+        def read() -> int:
+            size = self._get(full, sink, (offset, length))[0] if length else 0
+            if size != length:
+                raise StoreError(f"{what}: body ended after {size} of {length} bytes")
+            return size
+
+        def rewind() -> None:
+            sink.seek(start)
+            sink.truncate()
+
+        try:
+            return self._attempts(what, "read", read, rewind)
+        except ObjectMissing:
+            raise ObjectMissing(f"{what}: listed but no longer exists") from None
+
     def _attempts(self, what: str, verb: str, action: Callable[[], T], rewind: Callable[[], None]) -> T:
         """action() on rlkeep's own connection (botocore's retries do not apply), attempted again when
         another attempt may cure the failure (a broken connection, a 5xx) and after SlowDown (waited
@@ -159,8 +180,8 @@ class S3Store:
                 attempt += 1
         raise AssertionError("unreachable")
 
-    def _get(self, full_key: str, sink: IO[bytes]) -> tuple[int, int, str]:
-        """GET one object into sink: (bytes read, Content-Length, sha256).
+    def _get(self, full_key: str, sink: IO[bytes], byte_range: tuple[int, int] | None = None) -> tuple[int, int, str]:
+        """GET one object (or the byte_range (offset, length) of it) into sink: (bytes read, Content-Length, sha256).
 
         The default path presigns the request (the signature in the query, as botocore would
         presign it: rlkeep.storage.signer) and sends it on this thread's keep-alive connection
@@ -168,7 +189,8 @@ class S3Store:
         small objects. RLKEEP_S3_PRESIGNED_GET=0 falls back to get_object (e.g. behind a proxy).
         """
         if os.environ.get("RLKEEP_S3_PRESIGNED_GET", "1") == "0":
-            response = s3_client().get_object(Bucket=self.bucket, Key=full_key)
+            ranged = {"Range": f"bytes={byte_range[0]}-{byte_range[0] + byte_range[1] - 1}"} if byte_range else {}
+            response = s3_client().get_object(Bucket=self.bucket, Key=full_key, **ranged)
             try:
                 size, digest = hash_stream(response["Body"].iter_chunks(CHUNK), sink)
             except BaseException:
@@ -178,10 +200,10 @@ class S3Store:
         client = s3_client()
         signer = query_signer(client, self.bucket)
         if signer is not None:
-            return connection_for(signer.scheme, signer.host).get(signer.target(full_key), sink)
+            return connection_for(signer.scheme, signer.host).get(signer.target(full_key), sink, byte_range)
         parts = urlsplit(client.generate_presigned_url("get_object", Params={"Bucket": self.bucket, "Key": full_key},
                                                        ExpiresIn=900))
-        return connection_for(parts.scheme, parts.netloc).get(f"{parts.path}?{parts.query}", sink)
+        return connection_for(parts.scheme, parts.netloc).get(f"{parts.path}?{parts.query}", sink, byte_range)
 
     def put_open_file(self, key: str, body: BinaryIO) -> None:
         """One PUT of an open file (below multipart.MULTIPART_BYTES), sent whole on each attempt.

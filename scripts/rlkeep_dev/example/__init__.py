@@ -90,14 +90,16 @@ def write_example_run(
     large_result_mb: float = 6.0,
     large_pane_mb: float = 2.5,
     dead_attempts: bool = False,
+    trial_kb: float = 0.0,
 ) -> ExampleRun:
     """Write the run into `root` (created; must be absent, empty, or already this very run).
 
     dead_attempts: a chain of four (trained and crashed, died with only a traceback, died with a
     0-byte log, resumed and finished); the default is the two training attempts alone.
+    trial_kb: every trial's agent also leaves a terminal recording of about this many KB (bytes per trial).
     """
     params = Params(job, user, n_trials, n_steps, interval, seed, model_hidden, large_result_mb, large_pane_mb,
-                    dead_attempts)
+                    dead_attempts, trial_kb)
     plan = build_plan(params)
     ctx = RunContext(plan, make_credentials(seed), PlantedSecrets(), make_wandb_run_id(seed))
     root = Path(root)
@@ -191,6 +193,8 @@ def cli_main(argv: list[str]) -> int:
     parser.add_argument("--model-hidden", type=int, default=64, help="hidden size of the tiny model")
     parser.add_argument("--large-result-mb", type=float, default=6.0, help="size of the one large result.json")
     parser.add_argument("--large-pane-mb", type=float, default=2.5, help="size of the large pane/cast files")
+    parser.add_argument("--trial-kb", type=float, default=0.0,
+                        help="every trial's agent also leaves a terminal recording of about this many KB")
     parser.add_argument("--record-out", type=Path, help="write the job record YAML here (stem = job)")
     parser.add_argument("--store-url", help="the record's `store:` (where the tree will be uploaded)")
     parser.add_argument("--iris-state", type=Path, help="write the stand-in iris state JSON here")
@@ -207,7 +211,7 @@ def cli_main(argv: list[str]) -> int:
     run = write_example_run(
         args.out, job=args.job, user=args.user, n_trials=args.trials, n_steps=args.steps, interval=args.interval,
         seed=args.seed, model_hidden=args.model_hidden, large_result_mb=args.large_result_mb,
-        large_pane_mb=args.large_pane_mb, dead_attempts=args.dead_attempts,
+        large_pane_mb=args.large_pane_mb, dead_attempts=args.dead_attempts, trial_kb=args.trial_kb,
     )
     summary = {"root": str(run.root), "job": run.job, "chain": run.chain, "final_step": run.final_step,
                "complete_ckpt_steps": run.complete_ckpt_steps, "export_steps": run.export_steps,

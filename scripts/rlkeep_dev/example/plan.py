@@ -38,6 +38,9 @@ class Params:
     large_result_mb: float
     large_pane_mb: float
     dead_attempts: bool = False
+    # every trial's agent also leaves an asciinema recording of about this many KB (a long session's
+    # terminal stream): the knob for a run's bytes per trial; 0 keeps the recordings few and small
+    trial_kb: float = 0.0
 
     def validate(self) -> None:
         problems = []
@@ -59,6 +62,8 @@ class Params:
             problems.append(f"model_hidden {self.model_hidden} must be a multiple of 8, >= 16")
         if self.large_result_mb < 0 or self.large_pane_mb < 0:
             problems.append("large_result_mb and large_pane_mb must be >= 0")
+        if self.trial_kb < 0:
+            problems.append(f"trial_kb {self.trial_kb} must be >= 0")
         if problems:
             raise RlkeepError("example run: " + "; ".join(problems))
 

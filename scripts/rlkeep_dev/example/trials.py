@@ -422,8 +422,9 @@ def _write_agent_dir(tree: Tree, ctx: RunContext, spec: TrialSpec, rng: random.R
     params = ctx.plan.params
     pane_bytes = int(params.large_pane_mb * 1024 * 1024) if "large_pane" in spec.roles else rng.randint(800, 6000)
     tree.write_text(f"{base}/agent/terminus_2.pane", pane_text(rng, pane_bytes))
-    if "cast" in spec.roles or "large_cast" in spec.roles:
+    if "cast" in spec.roles or "large_cast" in spec.roles or params.trial_kb > 0:
         cast_bytes = int(params.large_pane_mb * 1024 * 1024) if "large_cast" in spec.roles else 4000
+        cast_bytes = max(cast_bytes, int(params.trial_kb * 1024))
         tree.write_text(f"{base}/agent/recording.cast", recording_cast(rng, spec.started, cast_bytes))
 
 
