@@ -17,7 +17,8 @@ and PROJECT_GB of traces (a projection from measured costs, not a measurement).
 
     .venv/bin/python tests/benchmarks/bench_growth.py [--trials 2000 8000 [32000]] [--trial-kb 0 500] [--quick]
 
---quick: 500 and 2,000 trials. Writes bench/results/growth.json (--out).
+--quick: 500 and 2,000 trials. Writes bench/results/growth.json (--out). --add-to FILE: the runs of an
+earlier result join these in the fits (a large size measured once need not be measured again).
 """
 from __future__ import annotations
 
@@ -272,9 +273,11 @@ def main() -> int:
                         help="KB of terminal recording added to every trial; each trial count runs at each")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "growth.json")
+    parser.add_argument("--add-to", type=Path, default=None,
+                        help="an earlier result whose runs join these in the fits (its sizes are kept as measured)")
     args = parser.parse_args()
     counts = [500, 2000] if args.quick else sorted(args.trials)
-    sizes = []
+    sizes = [{"trial_kb": 0.0, **size} for size in json.loads(args.add_to.read_text())["sizes"]] if args.add_to else []
     for kb in sorted(set(args.trial_kb)):
         for n in counts:
             work = Path(tempfile.mkdtemp(prefix=f"rlkeep-growth-{n}-"))
@@ -287,7 +290,8 @@ def main() -> int:
                               "(see load_*)", "sizes": sizes}
     if len({s["trial_kb"] for s in sizes}) > 1 and len(sizes) >= 3:
         result["fit_trials_and_bytes"] = fit_trials_and_bytes(sizes)
-    by_kb = {kb: [s for s in sizes if s["trial_kb"] == kb] for kb in sorted({s["trial_kb"] for s in sizes})}
+    by_kb = {kb: sorted((s for s in sizes if s["trial_kb"] == kb), key=lambda s: s["trials"])
+             for kb in sorted({s["trial_kb"] for s in sizes})}
     runs = list(by_kb.values())
     if len(runs[0]) > 1:  # the one-variable fit on the trial count, at the smallest bytes per trial
         result.update(fit(runs[0]))
