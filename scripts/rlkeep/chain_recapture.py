@@ -3,7 +3,7 @@
 A capture is final when nothing it names can still change what rlkeep does (the record's
 Scheduler decides, `Scheduler.is_final`: no attempt still running, no look-alike the record does
 not exclude still pending or running). A capture that is not final must not look up to date to
-Snakemake, or the steps it held back would read the same stale answer on every rerun (issue 28).
+Snakemake, or the steps it held back would read the same stale answer on every rerun.
 
 The lever is the capture rule's params (rules/common.smk get_chain_settings): Snakemake compares
 them with the params it recorded when the rule last ran, while mtime and input cannot say "the

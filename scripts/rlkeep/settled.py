@@ -1,8 +1,8 @@
 """Which jobs the campaign target (`snakemake all`) may leave out of planning.
 
-Snakemake decides that a completed job has nothing to do only after building its whole DAG: about
-seventeen jobs and 28 ms of CPU per record, so 30 s to say "Nothing to be done" over a campaign of
-1,000 finished runs (bench/results/planning_1000.json). A job whose completion record still
+Snakemake decides that a completed job has nothing to do only after building its whole DAG, some
+seventeen jobs per record, so saying "Nothing to be done" over a campaign of a thousand finished
+runs takes most of a minute (bench/results/planning_1000.json). A job whose completion record still
 describes it is *settled*, and the campaign target asks for it no more:
 
 - `<job>/DONE` and `<job>/REPORT.md` exist and DONE names the sha256 of the record as it is now
@@ -16,8 +16,8 @@ describes it is *settled*, and the campaign target asks for it no more:
 Naming `<job>/DONE` as a target always plans the whole job, as Snakemake would.
 
 A record whose job has not started (no `<job>/` folder) cannot be settled, and Snakemake plans
-all of its jobs: 28 to 51 ms of CPU per record on the 2-core machines measured, half a minute to a
-minute for 1,000 new records, nearly all of it Snakemake's own per-job work. So the campaign target also admits at most `max_new_jobs` records that have not
+all of its jobs, nearly all of that time Snakemake's own per-job work (bench/results/planning_1000.json).
+So the campaign target also admits at most `max_new_jobs` records that have not
 started per invocation, in name order (`admitted_jobs`); the others wait for a later invocation and
 planning says so. Started jobs and jobs a `--config` value names are never held back.
 

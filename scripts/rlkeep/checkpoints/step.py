@@ -27,7 +27,7 @@ def list_checkpoints_step(ctx: StepContext) -> None:
     writes, and refuses while chain.json lists an unrecorded attempt that is pending or running."""
 
     record = ctx.record
-    if ctx.inputs.get("chain") is not None:  # issue 16: an attempt the record does not name may still write
+    if ctx.inputs.get("chain") is not None:  # an attempt the record does not name may still write
 
         record_file = f"{ctx.config.get('records', 'records')}/{record.job}.yaml"
         refuse_while_unrecorded_attempts_run(read_json(ctx.inputs["chain"]), record_file)

@@ -2,8 +2,8 @@
 and its response head in a few C-level calls, a GET's body hashed while it streams into the sink,
 a PUT's sent from its file by the kernel (sendfile) where the connection is not TLS.
 
-ssl and certifi are imported when the first https connection opens (about 40 ms of import that a
-file:// or plain-http run never needs).
+ssl and certifi are imported when the first https connection opens (an import a file:// or
+plain-http run never needs).
 """
 from __future__ import annotations
 
