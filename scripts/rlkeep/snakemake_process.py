@@ -208,20 +208,21 @@ SNAKEMAKE_BASH_PREFIX = "set -euo pipefail; "
 BLOCKED_INTERRUPT_PREFIX = "exec env --block-signal=INT "
 
 
-def step_prefix(probe: Callable[[list[str]], int] | None = None) -> str | None:
-    """The shell prefix every step's command gets: Snakemake's own, then SIGINT blocked until the
-    step unblocks it; None where `env` cannot block a signal (coreutils before 8.31, BSD env)."""
+def env_blocks_signals() -> bool:
+    """Whether this host's `env` can start a command with a signal blocked (coreutils 8.31 or later)."""
     import subprocess
 
-    def run(argv: list[str]) -> int:
-        return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, check=False).returncode
-
     try:
-        works = (probe or run)(["env", "--block-signal=INT", "true"]) == 0
+        return subprocess.run(["env", "--block-signal=INT", "true"], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False).returncode == 0
     except OSError:
-        works = False
-    return SNAKEMAKE_BASH_PREFIX + BLOCKED_INTERRUPT_PREFIX if works else None
+        return False
+
+
+def step_prefix(env_can_block: Callable[[], bool] = env_blocks_signals) -> str | None:
+    """The shell prefix every step's command gets: Snakemake's own, then SIGINT blocked until the
+    step unblocks it; None where `env` cannot block a signal (coreutils before 8.31, BSD env)."""
+    return SNAKEMAKE_BASH_PREFIX + BLOCKED_INTERRUPT_PREFIX if env_can_block() else None
 
 
 def hold_interrupt_in_steps(shell: Any) -> bool:
