@@ -192,8 +192,8 @@ class HyperscanPrefilter(_NeedleIndex):
     pattern reports the leftmost start of every match end, so the reported stretches cover every
     place a prefix and its hint match, as RE2's leftmost-first scan does. Without the UTF-8 flag
     Hyperscan reads bytes, so invalid UTF-8 cannot hide a match. The literals (the environment's
-    credential values) have a database of their own, compiled in each process: the other one is
-    cached on disk between processes (rlkeep.redaction.compiled) and so must hold no secret."""
+    credential values) are looked for with `in`, outside the database, which is cached on disk
+    between processes (rlkeep.redaction.compiled) and so must hold no secret."""
 
     def __init__(self, probes: Sequence[Probe], literals: Sequence[bytes]) -> None:
         super().__init__(probes, literals)
@@ -210,15 +210,6 @@ class HyperscanPrefilter(_NeedleIndex):
         expressions += triggers
         flags += [_hyperscan.HS_FLAG_DOTALL] * len(triggers)
         self._database = compiled_database(_hyperscan, expressions, flags)
-        # the literals in a database of their own, compiled here and never cached: a pure-literal
-        # database compiles in milliseconds and scans at memory speed, where `in` per literal
-        # crawls through low-entropy text
-        self._literal_database = None
-        if literals:
-            self._literal_database = _hyperscan.Database(mode=_hyperscan.HS_MODE_BLOCK)
-            self._literal_database.compile(expressions=[_re2_bytes_literal(literal) for literal in literals],
-                                           ids=list(range(len(literals))), elements=len(literals),
-                                           flags=[_hyperscan.HS_FLAG_SINGLEMATCH] * len(literals))
 
     def candidates(self, hay: bytes, lowered: Callable[[], bytes]) -> Candidates:
         """Each match names its pattern, so only that probe's prefix is looked for in it: at the
@@ -242,13 +233,7 @@ class HyperscanPrefilter(_NeedleIndex):
             except _hyperscan.ScanTerminated:
                 return Candidates(marker=True)
         positions: dict[Probe, set[int]] = {}
-        literals: set[bytes] = set()
-        if hay and self._literal_database is not None:
-            def on_literal(pattern: int, _start: int, _end: int, _flags: int, _context: object) -> bool:
-                literals.add(self._literal_list[pattern])
-                return False
-
-            self._literal_database.scan(hay, match_event_handler=on_literal)
+        literals = {literal for literal in self._literal_list if literal in hay}
         for pattern, start, end in hits:
             if pattern > marker_id:  # a self-naming prefix running into a line break, or cut by one
                 joins.append(end)
