@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol, Sequence
 
 from rlkeep.redaction.common import MARKER_PATTERN, MARKER_PREFIX
-from rlkeep.redaction.compiled import compiled_database
 from rlkeep.redaction.joins import TriggerFinder, trigger_patterns
 from rlkeep.redaction.rules import MAX_PREFIX_LENGTH
 from rlkeep.redaction.spans import MARKER, Probe
@@ -187,20 +186,19 @@ class Re2Prefilter(_NeedleIndex):
 
 
 class HyperscanPrefilter(_NeedleIndex):
-    """Hyperscan: the same alternation as the RE2 prefilter (each prefix plus its rule's hint),
-    compiled as one multi-pattern database and scanned with SIMD at several times RE2's speed. Each
-    pattern reports the leftmost start of every match end, so the reported stretches cover every
-    place a prefix and its hint match, as RE2's leftmost-first scan does. Without the UTF-8 flag
-    Hyperscan reads bytes, so invalid UTF-8 cannot hide a match. The literals (the environment's
-    credential values) are looked for with `in`, outside the database, which is cached on disk
-    between processes (rlkeep.redaction.compiled) and so must hold no secret."""
+    """Hyperscan: the same alternation as the RE2 prefilter (each prefix plus its rule's hint, and
+    every literal), compiled as one multi-pattern database and scanned with SIMD at several times
+    RE2's speed. Each pattern reports the leftmost start of every match end, so the reported
+    stretches cover every place a prefix and its hint match, as RE2's leftmost-first scan does.
+    Without the UTF-8 flag Hyperscan reads bytes, so invalid UTF-8 cannot hide a match."""
 
     def __init__(self, probes: Sequence[Probe], literals: Sequence[bytes]) -> None:
         super().__init__(probes, literals)
         assert _hyperscan is not None
         expressions = [(b"(?i)" if probe.rule.lowercase else b"") + _re2_bytes_literal(probe.needle)
                        + probe.rule.hint.encode() for probe in probes]
-        self._probe_list, self._literal_list = tuple(probes), tuple(literals)  # probes by pattern id
+        expressions += [_re2_bytes_literal(literal) for literal in literals]
+        self._probe_list, self._literal_list = tuple(probes), tuple(literals)  # by pattern id
         self._marker_id = len(expressions)  # the same pass tells whether markers need masking
         expressions.append(MARKER_PATTERN)
         flags = [_hyperscan.HS_FLAG_SOM_LEFTMOST | _hyperscan.HS_FLAG_DOTALL] * len(expressions)
@@ -209,7 +207,9 @@ class HyperscanPrefilter(_NeedleIndex):
         triggers = trigger_patterns(_join_needles(probes))
         expressions += triggers
         flags += [_hyperscan.HS_FLAG_DOTALL] * len(triggers)
-        self._database = compiled_database(_hyperscan, expressions, flags)
+        self._database = _hyperscan.Database()
+        self._database.compile(expressions=expressions, ids=list(range(len(expressions))),
+                               elements=len(expressions), flags=flags)
 
     def candidates(self, hay: bytes, lowered: Callable[[], bytes]) -> Candidates:
         """Each match names its pattern, so only that probe's prefix is looked for in it: at the
@@ -233,10 +233,14 @@ class HyperscanPrefilter(_NeedleIndex):
             except _hyperscan.ScanTerminated:
                 return Candidates(marker=True)
         positions: dict[Probe, set[int]] = {}
-        literals = {literal for literal in self._literal_list if literal in hay}
+        literals: set[bytes] = set()
+        probe_count = len(self._probe_list)
         for pattern, start, end in hits:
             if pattern > marker_id:  # a self-naming prefix running into a line break, or cut by one
                 joins.append(end)
+                continue
+            if pattern >= probe_count:
+                literals.add(self._literal_list[pattern - probe_count])
                 continue
             probe = self._probe_list[pattern]
             found = positions.setdefault(probe, set())
