@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 
 from rlkeep.archive.manifest import ManifestEntry, iter_manifest_entries
+from rlkeep.context import StepContext
 from rlkeep.pipeline import ARCHIVED_JOB_FILES
 from rlkeep.diskspace import TAR_OVERHEAD_PER_MEMBER, require_free
 from rlkeep.errors import RlkeepError
@@ -21,7 +22,6 @@ from rlkeep.restore.rehearsal import (
     trial_rows_problems,
     unaccounted_sync_members,
 )
-from rlkeep.context import StepContext
 from rlkeep.restore.run import restore_archive
 from rlkeep.restore.source import location_from_job_dir
 from rlkeep.restore.targets import ComparingTarget, LocalTarget
@@ -59,8 +59,8 @@ def rehearse_restore_step(ctx: StepContext) -> None:
     stored whole), restores with every member held to the MANIFEST's size and digest as it streams,
     and agrees with its sources (rlkeep.restore.rehearsal). Only the trainer logs, which the metric
     surface reads as files, are written to scratch: the rehearsal never holds a second copy of the
-    trace tree or of the job files. Reclamation
-    waits on this sentinel; any disagreement fails the step naming the file."""
+    trace tree or of the job files. Reclamation waits on this sentinel; any disagreement fails the
+    step naming the file."""
     from rlkeep.metrics.trials import trial_from_result
 
     started = time.monotonic()
