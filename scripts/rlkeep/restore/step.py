@@ -8,6 +8,7 @@ import logging
 import shutil
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from rlkeep.archive.manifest import ManifestEntry, iter_manifest_entries
 from rlkeep.context import StepContext
@@ -29,12 +30,17 @@ from rlkeep.restore.targets import ComparingTarget, LocalTarget
 log = logging.getLogger("rlkeep.restore")
 
 
-def _fresh_folder(ctx: StepContext, name: str, keep: Callable[[str], bool] = lambda member: True):  # type: ignore[no-untyped-def]
+def _manifest_entries(ctx: StepContext) -> dict[str, ManifestEntry]:
+    return {e.member: e for e in iter_manifest_entries(ctx.inputs["manifest"])}
+
+
+def _fresh_folder(ctx: StepContext, name: str, entries: dict[str, ManifestEntry],
+                  keep: Callable[[str], bool] = lambda member: True) -> Path:
     """An empty folder for a restored tree, with room for the MANIFEST's kept bytes it will hold."""
     folder = ctx.job_dir / name
     shutil.rmtree(folder, ignore_errors=True)
-    entries = [e for e in iter_manifest_entries(ctx.inputs["manifest"]) if e.reason is None and keep(e.member)]
-    require_free(folder, sum(e.size + TAR_OVERHEAD_PER_MEMBER for e in entries), name)
+    kept = [e for e in entries.values() if e.reason is None and keep(e.member)]
+    require_free(folder, sum(e.size + TAR_OVERHEAD_PER_MEMBER for e in kept), name)
     folder.mkdir(parents=True)
     return folder
 
@@ -65,9 +71,9 @@ def rehearse_restore_step(ctx: StepContext) -> None:
 
     started = time.monotonic()
     spec = ctx.record.spec
-    entries = {e.member: e for e in iter_manifest_entries(ctx.inputs["manifest"])}
+    entries = _manifest_entries(ctx)
     written = written_member(entries)
-    tree = _fresh_folder(ctx, ".work/rehearse_restore/tree", written)
+    tree = _fresh_folder(ctx, ".work/rehearse_restore/tree", entries, written)
     rows: list[dict] = []
     results = (lambda member: is_result_member(member, spec.archive_tree)) if spec.archive_tree else (lambda member: False)
     target = ComparingTarget(tree, written, reads=results,
@@ -109,7 +115,7 @@ def restore_step(ctx: StepContext) -> None:
     """`<job>/restore/DONE`: the archive restored into `<job>/restore/tree/` (replaced on each run),
     every file checked against the MANIFEST. A missing or corrupt member fails the step naming it;
     what could be restored stays in the tree."""
-    tree = _fresh_folder(ctx, "restore/tree")
+    tree = _fresh_folder(ctx, "restore/tree", _manifest_entries(ctx))
     restored = restore_archive(location_from_job_dir(ctx.job_dir, ctx.job), LocalTarget(tree))
     if restored.problems:
         raise RlkeepError(restored.message())

@@ -104,7 +104,6 @@ class S3Store:
         """
         full = self.full_key(key)
         what = self.url_of(key)
-        start = sink.tell()
 
         def read() -> tuple[int, str]:
             size, expected, digest = self._get(full, sink)
@@ -112,26 +111,25 @@ class S3Store:
                 raise StoreError(f"{what}: body ended after {size} of {expected} bytes")
             return size, digest
 
-        def rewind() -> None:
-            sink.seek(start)
-            sink.truncate()
-
-        try:
-            return self._attempts(what, "read", read, rewind)
-        except ObjectMissing:
-            raise ObjectMissing(f"{what}: listed but no longer exists") from None
+        return self._read_attempts(what, sink, read)
 
     def read_range(self, key: str, offset: int, length: int, sink: IO[bytes]) -> int:
         """Stream `length` bytes of one object from `offset` into sink (a rewindable sink, as read_into's)."""
         full = self.full_key(key)
         what = f"{self.url_of(key)} (bytes {offset}..{offset + length})"
-        start = sink.tell()
 
         def read() -> int:
             size = self._get(full, sink, (offset, length))[0] if length else 0
             if size != length:
                 raise StoreError(f"{what}: body ended after {size} of {length} bytes")
             return size
+
+        return self._read_attempts(what, sink, read)
+
+    def _read_attempts(self, what: str, sink: IO[bytes], read: Callable[[], T]) -> T:
+        """read() into sink under _attempts, the sink rewound to where it stood after each failed
+        attempt; an object gone since it was listed says so."""
+        start = sink.tell()
 
         def rewind() -> None:
             sink.seek(start)
