@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 # A line break as writers leave one inside a token, and what a terminal puts at the next line start.
-_LINE_START = rb"[ \t]*(?:(?:>>>|\.\.\.|[$#%>])[ \t]+)?"
+_PROMPT = rb"(?:>>>|\.\.\.|[$#%>])"
+_LINE_START = rb"[ \t]*(?:" + _PROMPT + rb"[ \t]+)?"
+_LINE_START_NOT_EMPTY = rb"(?:[ \t]+|[ \t]*" + _PROMPT + rb"[ \t]+)"  # the same but the empty string
 # Each branch starts with a literal byte, so `re` skips to the next break fast; the spaces before
 # a break are taken with it in _build.
 SEPARATOR = re.compile(rb"(?:\\\r\n|\\\n|\\\r|\r\n|\n|\r|\\\\\\r\\n|\\\\\\n|\\\\\\r|\\r\\n|\\n|\\r)" + _LINE_START)
@@ -34,9 +36,11 @@ _CONTINUED = re.compile(rb"\\(?:\\\\)?(?:\r\n|\n|\r|\\[nr])")  # a backslash say
 # Prefilter patterns (valid for re, RE2 and Hyperscan). A prefix whose token runs to a break (a
 # raw or escaped line end, or the end of a JSON record's line); and a prefix cut by a break.
 _TAIL = rb"[A-Za-z0-9_.+/=-]*"
-# Each break form is a pattern of its own, and a prefix cut by a break is spelled out with each
-# break literally: a pattern with a fixed stretch of two or more bytes is what Hyperscan scans
-# fast. (An alternation of the break forms missed matches there, and ran three times slower.)
+# Each break form is a pattern of its own (a fixed stretch of two or more bytes is what Hyperscan
+# scans fast). A prefix cut by a break at a bare line start is a literal per break; behind an
+# indent or a prompt, one pattern per cut place with the break forms as an alternation: spelled
+# out per break, the line-start class between two literals made Hyperscan build a thousand small
+# automata (most of a process's start-up).
 _TAIL_BREAKS = (rb"[ \t]*(?:\\?[\r\n]|(?:\\\\)?\\[nr])", rb'"[^\n]*\n')
 _CUT_BREAKS = (b"\n", b"\r\n", b"\r", b"\\\n", b"\\\r\n", b"\\n", b"\\r\\n", b"\\\\\\n")
 JOIN_BACK = 1024  # a trigger's prefix lies this far before its end at most (a token, or a JSON record's rest)
@@ -52,14 +56,18 @@ def _escape(literal: bytes) -> bytes:
     return b"".join(bytes([c]) if chr(c).isalnum() and c < 128 else b"\\x%02x" % c for c in literal)
 
 
+_CUT_BREAK = b"(?:" + b"|".join(_escape(brk) for brk in _CUT_BREAKS) + b")"
+
+
 def trigger_patterns(needles: Iterable[bytes]) -> list[bytes]:
     """For each joinable prefix: the prefix, its token and a break; and the prefix cut at each place
-    by each break (Hyperscan: each pattern has a fixed stretch to look for)."""
+    by a break."""
     patterns: list[bytes] = []
     for needle in sorted(set(needles)):
         patterns += [_escape(needle) + _tail(needle) + brk for brk in _TAIL_BREAKS]
-        patterns += [_escape(needle[:cut] + brk) + _LINE_START + _escape(needle[cut:])
-                     for cut in range(1, len(needle)) for brk in _CUT_BREAKS]
+        for cut in range(1, len(needle)):
+            patterns += [_escape(needle[:cut] + brk + needle[cut:]) for brk in _CUT_BREAKS]
+            patterns.append(_escape(needle[:cut]) + _CUT_BREAK + _LINE_START_NOT_EMPTY + _escape(needle[cut:]))
     return patterns
 
 
