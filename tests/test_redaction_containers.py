@@ -265,6 +265,18 @@ def test_an_encrypted_zip_fails_the_check_and_stops_the_archive_naming_it(tmp_pa
         redact_tar(sync_tar, dest, Redactor(), work_dir=tmp_path / "scratch")
     assert not dest.exists() and not list((tmp_path / "out").glob("*")) if (tmp_path / "out").exists() else True
 
+    # the archive scans each member in its digest pass: the zip stops it there, before a byte is written
+    from rlkeep.archive.step import archive_sync_tars
+    archive = tmp_path / "archive"
+    summary = {"run": "r", "kind": "rl", "cluster": "c", "jobs": ["/u/r"], "first_submitted": None,
+               "last_finished": None, "tracker": None}
+    with pytest.raises(RlkeepError, match=r"trace_jobs\.tar: member trial-1/outputs\.zip: encrypted zip .*nothing "
+                                          r"from this tree is archived"):
+        archive_sync_tars(archive / "r_archive.tgz", archive / "MANIFEST", trees=[("trace_jobs", sync_tar)],
+                          extra_files=[], summary=summary, large_threshold=1 << 20, work=tmp_path / "work")
+    assert not archive.exists() or not list(archive.iterdir())
+    assert [p for p in (tmp_path / "work").rglob("*") if p.is_file()] == []
+
 
 def _gzip_bomb(path: Path, expanded: int, filler: bytes) -> None:
     """Concatenated gzip members of one repeated byte: `expanded` bytes from ~expanded/1000 on disk."""

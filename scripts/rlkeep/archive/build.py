@@ -42,9 +42,12 @@ GZIP_LEVEL = 6  # level 9 costs ~3x the CPU for a few percent on text-heavy tree
 
 
 class MemberRewriter(Protocol):
-    """Rewrites some members of one source tar (rlkeep.redaction.walk.TarRedaction)."""
+    """Rewrites some members of one source tar (rlkeep.redaction.walk.TarRedaction): which ones,
+    it learns from a scan of each member's bytes in the digest pass."""
 
-    def is_dirty(self, member: str) -> bool: ...
+    def scan_member(self, body: IO[bytes], member: str, size: int) -> None: ...  # reads front to back
+
+    def is_dirty(self, member: str) -> bool: ...  # once the member was scanned
 
     def redacted(self, body: IO[bytes], member: str, size: int) -> IO[bytes]: ...  # a temp file at its start
 
@@ -202,21 +205,66 @@ def _with_digest(item: Planned, tars: list[tarfile.TarFile], sources: list[tuple
     rewriter names it) in the MANIFEST line.
 
     The MANIFEST is the archive's first member, so its digests are taken in a reading pass before
-    the archive is written (the sources are local files, just written by the sync).
+    the archive is written (the sources are local files, just written by the sync). A source's
+    rewriter scans each member in the same read; only a member it will rewrite is read again.
     """
     if item.entry.reason is not None:
         return item
-    digest, size = hashlib.sha256(), 0
-    with _member_body(item, tars, sources, rewriters) as body:
-        for chunk in iter(lambda: body.read(1 << 20), b""):
-            digest.update(chunk)
-            size += len(chunk)
-    entry = replace(item.entry, size=size, sha256=digest.hexdigest())
+    rewriter = None if item.tar_index is None else rewriters.get(item.tar_index)
+    if rewriter is not None:
+        assert item.tarinfo is not None
+        with _source_body(item, tars, sources) as body:
+            reading = _DigestingReader(body)
+            rewriter.scan_member(reading, item.tarinfo.name, item.tarinfo.size)
+            size, digest = reading.read_to_end()
+    if rewriter is None or rewriter.is_dirty(item.tarinfo.name):  # type: ignore[union-attr]
+        with _member_body(item, tars, sources, rewriters) as body:
+            size, digest = _DigestingReader(body).read_to_end()
+    entry = replace(item.entry, size=size, sha256=digest)
     if size != item.entry.size:  # rewritten: the rule sees the size that is archived
         reason = archive_rule(entry.member, size, large_threshold=large_threshold)
         if reason is not None:
             return Planned(replace(entry, reason=reason, sha256=None), None, None, None)
     return replace(item, entry=entry)
+
+
+class _DigestingReader:
+    """A reader front to back that hashes what passes through it."""
+
+    def __init__(self, body: IO[bytes]) -> None:
+        self.body, self.digest, self.size = body, hashlib.sha256(), 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.body.read(n)
+        self.digest.update(data)
+        self.size += len(data)
+        return data
+
+    def read_to_end(self) -> tuple[int, str]:
+        """The size and sha256 of every byte, reading what is left."""
+        for _ in iter(lambda: self.read(1 << 20), b""):
+            pass
+        return self.size, self.digest.hexdigest()
+
+
+@contextmanager
+def _source_body(item: Planned, tars: list[tarfile.TarFile], sources: list[tuple[str, Path]]) -> Iterator[IO[bytes]]:
+    """A reader of a source tar member's bytes as the tar holds them."""
+    assert item.tar_index is not None and item.tarinfo is not None
+    source_path = sources[item.tar_index][1]
+    try:
+        tar, info = tars[item.tar_index], item.tarinfo
+        # a regular member's bytes lie whole at its data offset: read there, not through tarfile's
+        # per-member file object (sync tars hold no sparse members; another tar still may)
+        body = _MemberAt(tar.fileobj, info.offset_data, info.size) \
+            if not info.issparse() and tar.fileobj is not None else tar.extractfile(info)
+        if body is None:
+            raise RlkeepError(f"{source_path}: member {item.tarinfo.name!r} has no data")
+        with body:
+            yield body  # type: ignore[misc]
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as error:
+        raise RlkeepError(f"{source_path}: member {item.tarinfo.name!r} could not be read ({error}); "
+                          "the sync tar is truncated or corrupt: rerun the sync step") from None
 
 
 @contextmanager
@@ -229,25 +277,13 @@ def _member_body(item: Planned, tars: list[tarfile.TarFile], sources: list[tuple
             yield _ExactReader(handle, item.entry.size, str(item.path))  # type: ignore[misc]
         return
     assert item.tar_index is not None and item.tarinfo is not None
-    source_path = sources[item.tar_index][1]
-    try:
-        tar, info = tars[item.tar_index], item.tarinfo
-        # a regular member's bytes lie whole at its data offset: read there, not through tarfile's
-        # per-member file object (sync tars hold no sparse members; another tar still may)
-        body = _MemberAt(tar.fileobj, info.offset_data, info.size) \
-            if not info.issparse() and tar.fileobj is not None else tar.extractfile(info)
-        if body is None:
-            raise RlkeepError(f"{source_path}: member {item.tarinfo.name!r} has no data")
-        rewriter = rewriters.get(item.tar_index)
-        with body:
-            if rewriter is None or not rewriter.is_dirty(item.tarinfo.name):
-                yield body  # type: ignore[misc]
-                return
-            with rewriter.redacted(body, item.tarinfo.name, item.tarinfo.size) as rewritten:
-                yield rewritten
-    except (tarfile.TarError, OSError, EOFError, zlib.error) as error:
-        raise RlkeepError(f"{source_path}: member {item.tarinfo.name!r} could not be read ({error}); "
-                          "the sync tar is truncated or corrupt: rerun the sync step") from None
+    rewriter = rewriters.get(item.tar_index)
+    with _source_body(item, tars, sources) as body:
+        if rewriter is None or not rewriter.is_dirty(item.tarinfo.name):
+            yield body
+            return
+        with rewriter.redacted(body, item.tarinfo.name, item.tarinfo.size) as rewritten:
+            yield rewritten
 
 
 def _write_tgz(out_tgz: Path, manifest_bytes: bytes, planned: list[Planned], tars: list[tarfile.TarFile],

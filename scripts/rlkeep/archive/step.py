@@ -58,24 +58,25 @@ def archive_step(ctx: StepContext) -> None:
 def archive_sync_tars(out_tgz: Path, manifest: Path, *, trees: list[tuple[str, Path]],
                       extra_files: list[tuple[str, Path]], summary: dict[str, Any], large_threshold: int,
                       work: Path) -> dict[str, Any]:
-    """The archive of (tree, sync tar) pairs and the job's files, every tree's members redacted as
-    they stream into it (one member at a time in `work`); returns build_archive's evidence."""
+    """The archive of (tree, sync tar) pairs and the job's files, every tree's members scanned in
+    the archive's digest pass and redacted as they stream into it (one member at a time in
+    `work`); returns build_archive's evidence."""
     # numpy and the redaction rules cost about 0.2 s to import: verify_archive and reclaim, which
     # import this package, do not redact and do not pay for them
     from rlkeep.redaction import redactor_from_environment
     from rlkeep.redaction.walk import TarRedaction
 
     redactor = redactor_from_environment()
-    rewriters = {}
-    for name, tar in trees:
-        rewriters[name] = TarRedaction(tar, redactor, work_dir=work / "scratch")
-        report = rewriters[name].report()
+    rewriters = {name: TarRedaction(tar, redactor, work_dir=work / "scratch") for name, tar in trees}
+    evidence = build_archive(out_tgz, manifest, sources=list(trees), extra_files=extra_files, summary=summary,
+                             large_threshold=large_threshold, rewriters=rewriters)
+    for name, rewriter in rewriters.items():
+        report = rewriter.report()
         log.info("archive: %s: %d members redacted (%d findings, inside containers too; %d bytes read through a "
                  "decompressor), %d binary members copied as they are",
                  name, report["members_redacted"], len(report["findings"]), report["bytes_decompressed"],
                  report["binary_members"])
-    return build_archive(out_tgz, manifest, sources=list(trees), extra_files=extra_files, summary=summary,
-                         large_threshold=large_threshold, rewriters=rewriters)
+    return evidence
 
 
 def verify_archive_step(ctx: StepContext) -> None:

@@ -16,7 +16,7 @@ import shutil
 import tarfile
 import tempfile
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable
@@ -147,12 +147,17 @@ class Walker:
         # a member is rewritten when it had a finding or holds one: every prefix of a dirty path
         # that ends before a separator is dirty too, looked up in one set (a scan per member grew
         # with the square of the member count)
-        self._dirty_or_holding: frozenset[str] = frozenset() if self.dirty is None else frozenset(
-            prefix for path in self.dirty for prefix in _enclosing(path))
+        self._dirty_or_holding: set[str] = set() if self.dirty is None else {
+            prefix for path in self.dirty for prefix in _enclosing(path)}
 
     def is_dirty(self, where: str) -> bool:
         assert self.dirty is not None
         return where in self._dirty_or_holding
+
+    def mark_dirty(self, paths: Iterable[str]) -> None:
+        """Rewrite these members too (a scan of them has just found secrets)."""
+        assert self.dirty is not None
+        self._dirty_or_holding.update(prefix for path in paths for prefix in _enclosing(path))
 
     def _spooled(self, source: BinaryIO) -> tempfile._TemporaryFileWrapper:  # type: ignore[type-arg]
         spool = tempfile.NamedTemporaryFile(prefix=".rlkeep-member-", dir=self.work_dir)

@@ -281,29 +281,35 @@ def scan_container_file(path: Path, rel: str, source: BinaryIO, redactor: Redact
 
 
 class TarRedaction:
-    """A tar scanned for findings, whose members are then redacted one at a time as a reader
-    streams them elsewhere (the archive), so no redacted copy of the whole tar is written. A member
-    that cannot be opened or rewritten (encrypted zip, bomb, corrupt container) stops it at the
-    scan, naming the member, as redact_tar does."""
+    """The members of one tar, each scanned for findings while a reader streams it (the archive's
+    digest pass) and, where a scan found one, redacted when the reader streams it again, so no
+    redacted copy of the whole tar is written. A member that cannot be opened or rewritten
+    (encrypted zip, bomb, corrupt container) stops it at its scan, naming the member, as
+    redact_tar does."""
 
     def __init__(self, source_tar: str | Path, redactor: Redactor, *, work_dir: str | Path) -> None:
         self.source_tar, self.work_dir = Path(source_tar), Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.scan = Walker(redactor, work_dir=self.work_dir)
-        with open(self.source_tar, "rb") as source:
-            _process_or_refuse(self.scan, source, self.source_tar.name, str(self.source_tar))
-        refused = [(where, reason) for where, reason in self.scan.unreadable
+        self._rewrite = Walker(redactor, work_dir=self.work_dir, dirty=frozenset())
+
+    def scan_member(self, body: BinaryIO, member: str, size: int) -> None:
+        """Scan one member (its name as the tar has it) as the tar's own scan would; `body` may be
+        read front to back only, and is not read to its end where the member's kind needs no
+        more (a binary member is not read at all)."""
+        findings, unreadable = len(self.scan.findings), len(self.scan.unreadable)
+        self.scan._guarded(lambda: self.scan.process(body, member, member, None, 1, size), member)
+        refused = [(where, reason) for where, reason in self.scan.unreadable[unreadable:]
                    if not reason.startswith("not scanned: binary")]
         if refused:
             where, reason = refused[0]
             raise RlkeepError(f"{self.source_tar}: member {where}: {reason}; rlkeep cannot read or redact it, so "
                               "nothing from this tree is archived: remove or re-pack that file at the source and rerun")
-        self._rewrite = Walker(redactor, work_dir=self.work_dir,
-                               dirty=frozenset(where for where, _, _ in self.scan.findings))
+        self._rewrite.mark_dirty(where for where, _, _ in self.scan.findings[findings:])
 
     def is_dirty(self, member: str) -> bool:
-        """Whether the tar member (its name as the tar has it) had a finding or holds one."""
-        return bool(self.scan.findings) and self._rewrite.is_dirty(member)
+        """Whether the scanned member (its name as the tar has it) had a finding or holds one."""
+        return self._rewrite.is_dirty(member)
 
     def redacted(self, body: BinaryIO, member: str, size: int):  # type: ignore[no-untyped-def]
         """The member's bytes redacted, in a temp file at its start (close it to remove it)."""
