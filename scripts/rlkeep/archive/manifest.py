@@ -66,6 +66,8 @@ def _escape(text: str) -> str:
 
 
 def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
     out, chars = [], iter(text)
     for char in chars:
         if char != "\\":

@@ -94,7 +94,7 @@ class ComparingTarget:
         self._held: dict[str, bytes] = {}
 
     def existing(self, names: Iterable[str]) -> list[str]:
-        return self.local.existing(names)
+        return self.local.existing(name for name in names if self.keep(name))  # nothing else is written
 
     def stage(self, name: str, body: IO[bytes]) -> tuple[int, str]:
         if self.keep(name):
