@@ -31,6 +31,8 @@ CORE_TEXT_SUFFIXES = frozenset({
 })
 TERMINAL_RECORDINGS = ("*.pane", "recording.cast")
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+_WEIGHT_NAME = re.compile("|".join(fnmatch.translate(pattern) for pattern in WEIGHT_PATTERNS))
+_TERMINAL_RECORDING_NAME = re.compile("|".join(fnmatch.translate(pattern) for pattern in TERMINAL_RECORDINGS))
 
 
 # --------------------------------------------------------------------------- the skip rule
@@ -45,15 +47,15 @@ def archive_rule(member: str, size: int, *, large_threshold: int) -> str | None:
     name, folders = parts[-1], parts[:-1]
     if any(part in CACHE_PARTS for part in parts) or name.endswith(CACHE_SUFFIXES):
         return "cache"
-    if any(fnmatch.fnmatchcase(name, pattern) for pattern in WEIGHT_PATTERNS):
+    if _WEIGHT_NAME.match(name):
         return "weights"
-    if any(fnmatch.fnmatchcase(folder, "global_step_*") for folder in folders):
+    if any(folder.startswith("global_step_") for folder in folders):
         return "checkpoint"
     if name == "core" or name.endswith(".hprof") or (
         name.startswith("core.") and name[len("core."):].rsplit(".", 1)[-1].lower() not in CORE_TEXT_SUFFIXES
     ):
         return "core_dump"
-    if size > large_threshold and any(fnmatch.fnmatchcase(name, pattern) for pattern in TERMINAL_RECORDINGS):
+    if size > large_threshold and _TERMINAL_RECORDING_NAME.match(name):
         return "large_terminal_recording"
     return None
 

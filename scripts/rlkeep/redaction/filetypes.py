@@ -26,6 +26,8 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\x93NUMPY", "numpy"), (b"SQLite format 3\x00", "sqlite"), (b"ARROW1", "arrow"), (b"%PDF-", "pdf"),
     (b"\x89HDF\r\n\x1a\n", "hdf5"), (b"RIFF", "riff"), (b"\x04\x22\x4d\x18", "lz4"),
 )
+_MAGIC_BY_FIRST_BYTE: dict[int, tuple[tuple[bytes, str], ...]] = {
+    first: tuple(entry for entry in _MAGIC if entry[0][0] == first) for first in {magic[0] for magic, _ in _MAGIC}}
 _BOMS: tuple[tuple[bytes, str, int], ...] = (
     (codecs.BOM_UTF32_LE, "utf-32-le", 4), (codecs.BOM_UTF32_BE, "utf-32-be", 4),
     (codecs.BOM_UTF16_LE, "utf-16-le", 2), (codecs.BOM_UTF16_BE, "utf-16-be", 2),
@@ -81,7 +83,7 @@ def classify(name: str, head: bytes, size: int) -> FileType:
             return FileType("wide", encoding, bom, unit)
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
         return FileType("no_text", "webp")
-    for magic, what in _MAGIC:
+    for magic, what in _MAGIC_BY_FIRST_BYTE.get(head[0], ()) if head else ():
         if head.startswith(magic) and (what != "bzip2" or head[4:10] == b"1AY&SY"):
             return _known(what, head)
     if len(head) > 262 and head[257:262] == b"ustar":
