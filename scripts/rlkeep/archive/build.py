@@ -211,13 +211,14 @@ def _with_digest(item: Planned, tars: list[tarfile.TarFile], sources: list[tuple
     if item.entry.reason is not None:
         return item
     rewriter = None if item.tar_index is None else rewriters.get(item.tar_index)
-    if rewriter is not None:
-        assert item.tarinfo is not None
+    digested = False
+    if rewriter is not None and item.tarinfo is not None:
         with _source_body(item, tars, sources) as body:
             reading = _DigestingReader(body)
             rewriter.scan_member(reading, item.tarinfo.name, item.tarinfo.size)
             size, digest = reading.read_to_end()
-    if rewriter is None or rewriter.is_dirty(item.tarinfo.name):  # type: ignore[union-attr]
+        digested = not rewriter.is_dirty(item.tarinfo.name)  # else its digest is the rewritten bytes'
+    if not digested:
         with _member_body(item, tars, sources, rewriters) as body:
             size, digest = _DigestingReader(body).read_to_end()
     entry = replace(item.entry, size=size, sha256=digest)
