@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from itertools import chain
 
 from rlkeep.context import StepContext
 from rlkeep.diskspace import TAR_OVERHEAD_PER_MEMBER, require_free
 from rlkeep.errors import RlkeepError
+from rlkeep.heap import LongLived
 from rlkeep.jsonio import write_json
 from rlkeep.regions import check_transfer, store_to_local
-from rlkeep.storage import open_store
+from rlkeep.storage import ObjectInfo, Store, open_store
 from rlkeep.sync import (chain_attempts, check_run_space, enforce_skip_policy, is_weight_or_dump, line_count,
                          parse_exclusions, trainer_logs, trial_counts)
 from rlkeep.tarstream import TarOutput, TarStats, add_bytes, refuse_denied, stream_objects_into_tar
 
 log = logging.getLogger(__name__)
+
+SETTLE_EVERY = 1000  # listed objects between two heap.settle() calls: a listing page
 
 
 def sync_traces_step(ctx: StepContext) -> None:
@@ -24,51 +28,78 @@ def sync_traces_step(ctx: StepContext) -> None:
     spec = ctx.record.spec
     if spec.trace_tree is None or "traces" not in ctx.record.layout:
         raise RlkeepError(f"{ctx.record.path}: a {spec.name} run has no trace tree; sync_traces does not apply to it")
-    traces_url = ctx.record.store_url("traces")
-    store = open_store(traces_url)
-    listed = list(store.list())
-    exclusions = parse_exclusions(settings.get("exclude", []))
-    chosen, skipped = [], []
-    for info in listed:
-        rule = next((e for e in exclusions if e.matches(info)), None)
-        if rule is None:
-            chosen.append(info)
-        else:
-            skipped.append({"key": info.key, "size": info.size, "reason": rule.reason})
-    if not listed:
-        raise RlkeepError(f"{traces_url}: no trace objects under this prefix; check the record's store and layout.traces")
-    log.info("%s: %d objects listed, %d to sync, %d excluded", traces_url, len(listed), len(chosen), len(skipped))
-    space = check_run_space(ctx, open_store(ctx.record.store).list(), f"trace sync from {traces_url}")
-    check_transfer(ctx, nbytes=sum(info.size for info in chosen), what=f"trace sync from {traces_url}", **store_to_local(ctx))
-    require_free(ctx.outputs["tar"], sum(info.size for info in chosen) + TAR_OVERHEAD_PER_MEMBER * (len(chosen) + 2),
-                 f"trace sync from {traces_url}")
+    with LongLived() as heap:
+        heap.settle()  # the imported libraries' objects
+        traces_url = ctx.record.store_url("traces")
+        store = open_store(traces_url)
+        traces_folder = ctx.record.layout["traces"].strip("/")
+        traces_prefix = f"{traces_folder}/" if traces_folder else ""
+        listed, others = _trace_listing(open_store(ctx.record.store), traces_prefix, heap)
+        exclusions = parse_exclusions(settings.get("exclude", []))
+        chosen, skipped = [], []
+        for info in listed:
+            rule = next((e for e in exclusions if e.matches(info)), None)
+            if rule is None:
+                chosen.append(info)
+            else:
+                skipped.append({"key": info.key, "size": info.size, "reason": rule.reason})
+        if not listed:
+            raise RlkeepError(f"{traces_url}: no trace objects under this prefix; check the record's store and layout.traces")
+        log.info("%s: %d objects listed, %d to sync, %d excluded", traces_url, len(listed), len(chosen), len(skipped))
+        heap.settle()  # the listing, kept to the end
+        space = check_run_space(ctx, chain(others, (ObjectInfo(traces_prefix + info.key, info.size) for info in listed)),
+                                f"trace sync from {traces_url}")
+        del others
+        check_transfer(ctx, nbytes=sum(info.size for info in chosen), what=f"trace sync from {traces_url}", **store_to_local(ctx))
+        require_free(ctx.outputs["tar"], sum(info.size for info in chosen) + TAR_OVERHEAD_PER_MEMBER * (len(chosen) + 2),
+                     f"trace sync from {traces_url}")
 
-    stats = TarStats(objects_skipped=skipped)
-    with TarOutput(ctx.outputs["tar"]) as (tar, hasher):
-        stream_objects_into_tar(tar, store, chosen, lambda info: info.key, stats=stats,
-                                workers=int(settings.get("workers", 16)),
-                                max_inflight_bytes=int(settings.get("max_inflight_mb", 128)) << 20,
-                                label="trace sync")
-        refuse_denied(stats, traces_url)
-        enforce_skip_policy(stats.objects_skipped, settings.get("skip_policy", {}), traces_url)
-    manifest = {
-        "status": "completed",
-        "source": traces_url,
-        "tar": ctx.outputs["tar"].name,
-        "objects_listed": len(listed),
-        "objects_synced": stats.objects_synced,
-        "bytes": stats.bytes,
-        "sha256": hasher.digest.hexdigest(),
-        "tar_bytes": hasher.size,
-        "objects_skipped": sorted(stats.objects_skipped, key=lambda s: s["key"]),
-        "kind": spec.name,
-        "trial_depth": spec.trial_depth,
-        **trial_counts((info.key for info in listed), spec.trial_depth),
-        "trials_completed_in_tar": trial_counts((o["key"] for o in stats.objects), spec.trial_depth)["trials_completed"],
-        "space": space,
-        "objects": stats.objects,
-    }
-    write_json(ctx.outputs["manifest"], manifest)
+        stats = TarStats(objects_skipped=skipped)
+        with TarOutput(ctx.outputs["tar"]) as (tar, hasher):
+            stream_objects_into_tar(tar, store, chosen, lambda info: info.key, stats=stats,
+                                    workers=int(settings.get("workers", 16)),
+                                    max_inflight_bytes=int(settings.get("max_inflight_mb", 128)) << 20,
+                                    label="trace sync")
+            refuse_denied(stats, traces_url)
+            enforce_skip_policy(stats.objects_skipped, settings.get("skip_policy", {}), traces_url)
+        manifest = {
+            "status": "completed",
+            "source": traces_url,
+            "tar": ctx.outputs["tar"].name,
+            "objects_listed": len(listed),
+            "objects_synced": stats.objects_synced,
+            "bytes": stats.bytes,
+            "sha256": hasher.digest.hexdigest(),
+            "tar_bytes": hasher.size,
+            "objects_skipped": sorted(stats.objects_skipped, key=lambda s: s["key"]),
+            "kind": spec.name,
+            "trial_depth": spec.trial_depth,
+            **trial_counts((info.key for info in listed), spec.trial_depth),
+            "trials_completed_in_tar": trial_counts((o["key"] for o in stats.objects), spec.trial_depth)["trials_completed"],
+            "space": space,
+            "objects": stats.objects,
+        }
+        write_json(ctx.outputs["manifest"], manifest)
+
+
+def _trace_listing(root: Store, traces_prefix: str, heap: LongLived) -> tuple[list[ObjectInfo], list[ObjectInfo]]:
+    """One listing of the record's store: (the trace objects, keys relative to the trace prefix;
+    every other object), each with its key and size only. The run-space check needs the whole
+    store and the sync the trace tree: listing both would list the trace tree twice.
+
+    The records are settled as they accumulate: each parsed page promotes enough short-lived
+    objects to start full collections, which would otherwise rescan the listing so far."""
+    traces: list[ObjectInfo] = []
+    others: list[ObjectInfo] = []
+    cut = len(traces_prefix)
+    for count, info in enumerate(root.list(), 1):
+        if count % SETTLE_EVERY == 0:
+            heap.settle()
+        if info.key.startswith(traces_prefix):
+            traces.append(ObjectInfo(info.key[cut:], info.size))
+        else:
+            others.append(ObjectInfo(info.key, info.size))
+    return traces, others
 
 
 def _attempt_states(ctx: StepContext) -> dict[str, str]:
