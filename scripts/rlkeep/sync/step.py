@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Iterator
 from itertools import chain
 
 from rlkeep.context import StepContext
@@ -82,23 +83,28 @@ def sync_traces_step(ctx: StepContext) -> None:
         write_json(ctx.outputs["manifest"], manifest)
 
 
+def _listing(store: Store, heap: LongLived) -> Iterator[ObjectInfo]:
+    """Every object of the store, its key and size only, for a caller that keeps them all: the heap
+    is settled as they accumulate, since each parsed page promotes enough short-lived objects to
+    start full collections, which would otherwise rescan the records kept so far."""
+    for count, info in enumerate(store.list(), 1):
+        if count % SETTLE_EVERY == 0:
+            heap.settle()
+        yield ObjectInfo(info.key, info.size)
+
+
 def _trace_listing(root: Store, traces_prefix: str, heap: LongLived) -> tuple[list[ObjectInfo], list[ObjectInfo]]:
     """One listing of the record's store: (the trace objects, keys relative to the trace prefix;
-    every other object), each with its key and size only. The run-space check needs the whole
-    store and the sync the trace tree: listing both would list the trace tree twice.
-
-    The records are settled as they accumulate: each parsed page promotes enough short-lived
-    objects to start full collections, which would otherwise rescan the listing so far."""
+    every other object). The run-space check needs the whole store and the sync the trace tree:
+    listing both would list the trace tree twice."""
     traces: list[ObjectInfo] = []
     others: list[ObjectInfo] = []
     cut = len(traces_prefix)
-    for count, info in enumerate(root.list(), 1):
-        if count % SETTLE_EVERY == 0:
-            heap.settle()
+    for info in _listing(root, heap):
         if info.key.startswith(traces_prefix):
             traces.append(ObjectInfo(info.key[cut:], info.size))
         else:
-            others.append(ObjectInfo(info.key, info.size))
+            others.append(info)
     return traces, others
 
 
@@ -111,60 +117,63 @@ def sync_logs_step(ctx: StepContext) -> None:
     """`<job>/sync/logs.tar` + manifest: trainer logs per attempt + every durable non-weight artifact."""
     settings = ctx.settings
     record = ctx.record
-    store = open_store(record.store)
-    traces = record.layout.get("traces")  # synced on its own by sync_traces; absent for sft
-    traces_prefix = traces.strip("/") + "/" if traces else None
-    everything = list(store.list())
-    listed = [info for info in everything if traces_prefix is None or not info.key.startswith(traces_prefix)]
-    chosen, skipped = [], []
-    for info in listed:
-        reason = is_weight_or_dump(info.key)
-        if reason is None:
-            chosen.append(info)
-        else:
-            skipped.append({"key": info.key, "size": info.size, "reason": reason})
-    space = check_run_space(ctx, everything, f"log sync from {record.store}")
+    with LongLived() as heap:
+        heap.settle()  # the imported libraries' objects
+        store = open_store(record.store)
+        traces = record.layout.get("traces")  # synced on its own by sync_traces; absent for sft
+        traces_prefix = traces.strip("/") + "/" if traces else None
+        everything = list(_listing(store, heap))
+        listed = [info for info in everything if traces_prefix is None or not info.key.startswith(traces_prefix)]
+        chosen, skipped = [], []
+        for info in listed:
+            reason = is_weight_or_dump(info.key)
+            if reason is None:
+                chosen.append(info)
+            else:
+                skipped.append({"key": info.key, "size": info.size, "reason": reason})
+        space = check_run_space(ctx, everything, f"log sync from {record.store}")
+        del everything  # the trace tree's records: sync_traces syncs it
 
-    check_transfer(ctx, nbytes=sum(info.size for info in chosen), what=f"log sync from {record.store}", **store_to_local(ctx))
-    require_free(ctx.outputs["tar"], sum(info.size for info in chosen) + TAR_OVERHEAD_PER_MEMBER * (len(chosen) + 2),
-                 f"log sync from {record.store}")
-    stats = TarStats(objects_skipped=skipped)
-    attempts = []
-    states = _attempt_states(ctx)
-    with TarOutput(ctx.outputs["tar"]) as (tar, hasher):
-        for slug, data, source, fields in trainer_logs(ctx, store):
-            if data is None:
-                attempts.append({"attempt": slug, "state": states.get(slug), "member": None, "source": None,
-                                 "note": source, **fields})
-                continue
-            # An empty log (a pod that never wrote a line) is preserved as it is: a dead attempt is
-            # data; the metric surface names it and takes no rows from it.
-            name = f"attempts/{slug}/trainer.log"
-            add_bytes(tar, name, data)
-            attempts.append({"attempt": slug, "state": states.get(slug), "member": name, "source": source,
-                             "bytes": len(data), "lines": line_count(data),
-                             "sha256": hashlib.sha256(data).hexdigest(), **fields})
-            if not data.strip():
-                log.info("%s: the trainer log of attempt %s is empty (%d bytes, state %s): preserved as it is",
-                         source, slug, len(data), states.get(slug) or "unknown")
-        stream_objects_into_tar(tar, store, chosen, lambda info: f"store/{info.key}", stats=stats,
-                                workers=int(settings.get("workers", 16)),
-                                max_inflight_bytes=int(settings.get("max_inflight_mb", 128)) << 20,
-                                label="log sync")
-        refuse_denied(stats, record.store)
-        enforce_skip_policy(stats.objects_skipped, settings.get("skip_policy", {}), record.store)
-    manifest = {
-        "status": "completed",
-        "source": record.store,
-        "tar": ctx.outputs["tar"].name,
-        "attempts": attempts,
-        "objects_listed": len(listed),
-        "objects_synced": stats.objects_synced,
-        "bytes": stats.bytes + sum(a.get("bytes", 0) for a in attempts),
-        "sha256": hasher.digest.hexdigest(),
-        "tar_bytes": hasher.size,
-        "objects_skipped": sorted(stats.objects_skipped, key=lambda s: s["key"]),
-        "space": space,
-        "objects": stats.objects,
-    }
-    write_json(ctx.outputs["manifest"], manifest)
+        check_transfer(ctx, nbytes=sum(info.size for info in chosen), what=f"log sync from {record.store}", **store_to_local(ctx))
+        require_free(ctx.outputs["tar"], sum(info.size for info in chosen) + TAR_OVERHEAD_PER_MEMBER * (len(chosen) + 2),
+                     f"log sync from {record.store}")
+        stats = TarStats(objects_skipped=skipped)
+        attempts = []
+        states = _attempt_states(ctx)
+        with TarOutput(ctx.outputs["tar"]) as (tar, hasher):
+            for slug, data, source, fields in trainer_logs(ctx, store):
+                if data is None:
+                    attempts.append({"attempt": slug, "state": states.get(slug), "member": None, "source": None,
+                                     "note": source, **fields})
+                    continue
+                # An empty log (a pod that never wrote a line) is preserved as it is: a dead attempt is
+                # data; the metric surface names it and takes no rows from it.
+                name = f"attempts/{slug}/trainer.log"
+                add_bytes(tar, name, data)
+                attempts.append({"attempt": slug, "state": states.get(slug), "member": name, "source": source,
+                                 "bytes": len(data), "lines": line_count(data),
+                                 "sha256": hashlib.sha256(data).hexdigest(), **fields})
+                if not data.strip():
+                    log.info("%s: the trainer log of attempt %s is empty (%d bytes, state %s): preserved as it is",
+                             source, slug, len(data), states.get(slug) or "unknown")
+            stream_objects_into_tar(tar, store, chosen, lambda info: f"store/{info.key}", stats=stats,
+                                    workers=int(settings.get("workers", 16)),
+                                    max_inflight_bytes=int(settings.get("max_inflight_mb", 128)) << 20,
+                                    label="log sync")
+            refuse_denied(stats, record.store)
+            enforce_skip_policy(stats.objects_skipped, settings.get("skip_policy", {}), record.store)
+        manifest = {
+            "status": "completed",
+            "source": record.store,
+            "tar": ctx.outputs["tar"].name,
+            "attempts": attempts,
+            "objects_listed": len(listed),
+            "objects_synced": stats.objects_synced,
+            "bytes": stats.bytes + sum(a.get("bytes", 0) for a in attempts),
+            "sha256": hasher.digest.hexdigest(),
+            "tar_bytes": hasher.size,
+            "objects_skipped": sorted(stats.objects_skipped, key=lambda s: s["key"]),
+            "space": space,
+            "objects": stats.objects,
+        }
+        write_json(ctx.outputs["manifest"], manifest)
