@@ -1,12 +1,10 @@
 """write_json streams the one JSON style: the same bytes as dumps, and nothing left when it fails."""
 from __future__ import annotations
 
-import gc
 from pathlib import Path
 
 import pytest
 
-from rlkeep.heap import LongLived
 from rlkeep.jsonio import dumps, write_json
 
 MANIFEST = {"status": "completed", "objects": [{"key": f"task__{i:04d}/é/result.json", "sha256": "ab" * 32, "size": i}
@@ -27,23 +25,3 @@ def test_a_value_json_cannot_encode_leaves_neither_the_file_nor_a_part(tmp_path:
     with pytest.raises(TypeError):
         write_json(path, {**MANIFEST, "bad": object()})
     assert list(tmp_path.iterdir()) == []
-
-
-def test_long_lived_records_are_frozen_inside_and_given_back_after() -> None:
-    assert gc.get_freeze_count() == 0, "this test needs a process nothing has frozen"
-    with LongLived() as heap:
-        kept = [[index] for index in range(100)]
-        heap.settle()
-        assert gc.get_freeze_count() >= len(kept)
-    assert gc.get_freeze_count() == 0
-
-
-def test_inside_an_outer_freeze_long_lived_leaves_it_alone() -> None:
-    gc.freeze()
-    try:
-        outer = gc.get_freeze_count()
-        with LongLived() as heap:
-            heap.settle()
-        assert gc.get_freeze_count() == outer
-    finally:
-        gc.unfreeze()
