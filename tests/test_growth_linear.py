@@ -33,8 +33,8 @@ from rlkeep.restore.run import restore_archive
 from rlkeep.restore.source import location_from_url
 from rlkeep.restore.step import compared_member
 from rlkeep.restore.targets import ComparingTarget
-from rlkeep.storage import open_store
-from rlkeep.sync import TarOutput, TarStats, stream_objects_into_tar, trial_counts
+from rlkeep.jsonio import read_json
+from rlkeep.sync.step import sync_traces_step
 from rlkeep.traces import build_trace_dataset
 from tests.support.growth_tree import trace_objects
 
@@ -43,9 +43,9 @@ GROWTH_BOUND = 6.0
 JOB = "rl-growth"
 SUMMARY = {"run": JOB, "kind": "rl", "cluster": "cw-test", "jobs": [f"/demo/{JOB}"],
            "first_submitted": "2026-01-02T03:04:05Z", "last_finished": "2026-01-05T06:07:08Z", "tracker": None}
-RECORD = validate_record_data({"job": JOB, "user": "demo", "scheduler": "none", "chain": [f"/demo/{JOB}"],
-                               "store": f"s3://bucket/iris/{JOB}", "checkpoint": {"interval": 20}},
-                              Path(f"records/{JOB}.yaml"))
+RECORD_DATA = {"job": JOB, "user": "demo", "scheduler": "none", "chain": [f"/demo/{JOB}"],
+               "store": f"s3://bucket/iris/{JOB}", "checkpoint": {"interval": 20}}
+RECORD = validate_record_data(RECORD_DATA, Path(f"records/{JOB}.yaml"))
 
 
 def _write_tar(path: Path, objects: dict[str, bytes]) -> Path:
@@ -62,9 +62,10 @@ class Run:
 
     def __init__(self, root: Path, n_trials: int) -> None:
         self.root, self.n_trials = root, n_trials
-        self.store = root / "store"
+        self.store = root / "store"  # the record's store root: the trace tree under layout.traces
+        self.record = validate_record_data({**RECORD_DATA, "store": self.store.as_uri()}, Path(f"records/{JOB}.yaml"))
         for key, data in trace_objects(n_trials).items():
-            path = self.store / key
+            path = self.store / self.record.layout["traces"] / key
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
         self.sync = root / "sync"
@@ -80,15 +81,14 @@ class Run:
                 ("reclaim_plan", self.reclaim_plan)]
 
     def sync_traces(self) -> None:
-        store = open_store(self.store.as_uri())
-        listed = list(store.list())
-        stats = TarStats(objects_skipped=[])
-        with TarOutput(self.traces_tar) as (tar, _):
-            stream_objects_into_tar(tar, store, listed, lambda info: info.key, stats=stats, workers=4,
-                                    max_inflight_bytes=32 << 20, label="growth sync")
-        counts = trial_counts(info.key for info in listed)
-        assert stats.objects_synced == len(listed) and counts["trials_completed"] == self.n_trials
-        self.synced = stats.objects
+        """The step as the pipeline runs it: listing, run-space check, tar, manifest."""
+        manifest = self.sync / "trace_jobs.manifest.json"
+        sync_traces_step(StepContext(job=JOB, record=self.record, data_root=self.root, inputs={},
+                                     outputs={"tar": self.traces_tar, "manifest": manifest},
+                                     settings={"workers": 4, "max_inflight_mb": 32}))
+        synced = read_json(manifest)
+        assert synced["objects_synced"] == synced["objects_listed"] and synced["trials_completed"] == self.n_trials
+        self.synced = synced["objects"]
 
     def build_archive(self) -> None:
         shutil.rmtree(self.archive, ignore_errors=True)

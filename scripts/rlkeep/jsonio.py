@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import glob
+import io
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 
 def partial_files(path: str | os.PathLike[str]) -> list[Path]:
@@ -17,6 +20,14 @@ def partial_files(path: str | os.PathLike[str]) -> list[Path]:
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    with atomic_writer(path) as handle:
+        handle.write(data)
+
+
+@contextmanager
+def atomic_writer(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+    """A binary handle on a temporary file beside `path`, renamed onto it (synced) when the `with`
+    ends without an error, and removed when it does not."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     for stale in partial_files(target):
@@ -25,7 +36,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     try:
         os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, target)
@@ -40,13 +51,23 @@ def _umask() -> int:
     return current
 
 
+STYLE: dict[str, Any] = {"indent": 2, "sort_keys": True, "ensure_ascii": False}
+
+
 def dumps(obj: Any) -> str:
     """The one JSON style of every sentinel: sorted keys, indent 2, trailing newline."""
-    return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    return json.dumps(obj, **STYLE) + "\n"
 
 
 def write_json(path: str | os.PathLike[str], obj: Any) -> None:
-    atomic_write_bytes(path, dumps(obj).encode("utf-8"))
+    """dumps(obj), atomically, encoded as it is written: a manifest of many records never exists
+    whole in memory as text (nor as the encoder's pieces of it) beside the records."""
+    with atomic_writer(path) as handle:
+        text = io.TextIOWrapper(handle, encoding="utf-8", newline="\n", write_through=False)
+        json.dump(obj, text, **STYLE)
+        text.write("\n")
+        text.flush()
+        text.detach()
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
