@@ -1,4 +1,5 @@
-"""File digests: the one sha256-of-a-file helper every module uses (store, Hub, traces, export).
+"""File digests: the one sha256-of-a-file helper every module uses (store, Hub, traces, export), and
+the reader that hashes a stream as it is read (tars read front to back: traces, archive).
 
 Bytes are fed to the digest from mapped windows of the page cache instead of read() copies:
 hashing is the CPU floor of consolidation and of staging, and a copy into a buffer costs about
@@ -10,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
-from typing import Any
+from typing import IO, Any
 
 HASH_WINDOW_BYTES = 32 << 20  # a multiple of mmap.ALLOCATIONGRANULARITY
 
@@ -41,3 +42,24 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
     finally:
         os.close(fd)
     return digest.hexdigest()
+
+
+class HashingReader:
+    """A reader front to back that hashes and counts every byte read through it."""
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        self._handle = handle
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._handle.read(size)
+        self.digest.update(data)
+        self.size += len(data)
+        return data
+
+    def read_to_end(self, chunk: int = 1 << 20) -> tuple[int, str]:
+        """Read what is left; the size and hex sha256 of every byte read."""
+        while self.read(chunk):
+            pass
+        return self.size, self.digest.hexdigest()

@@ -30,6 +30,7 @@ from rlkeep.archive.manifest import (
 )
 from rlkeep.diskspace import TAR_OVERHEAD_PER_MEMBER, require_free
 from rlkeep.errors import RlkeepError
+from rlkeep.hashing import HashingReader
 from rlkeep.jsonio import atomic_write_bytes
 from rlkeep.sync import HashingWriter, tar_member
 from rlkeep.tarstream import member_header
@@ -214,38 +215,19 @@ def _with_digest(item: Planned, tars: list[tarfile.TarFile], sources: list[tuple
     digested = False
     if rewriter is not None and item.tarinfo is not None:
         with _source_body(item, tars, sources) as body:
-            reading = _DigestingReader(body)
+            reading = HashingReader(body)
             rewriter.scan_member(reading, item.tarinfo.name, item.tarinfo.size)
             size, digest = reading.read_to_end()
         digested = not rewriter.is_dirty(item.tarinfo.name)  # else its digest is the rewritten bytes'
     if not digested:
         with _member_body(item, tars, sources, rewriters) as body:
-            size, digest = _DigestingReader(body).read_to_end()
+            size, digest = HashingReader(body).read_to_end()
     entry = replace(item.entry, size=size, sha256=digest)
     if size != item.entry.size:  # rewritten: the rule sees the size that is archived
         reason = archive_rule(entry.member, size, large_threshold=large_threshold)
         if reason is not None:
             return Planned(replace(entry, reason=reason, sha256=None), None, None, None)
     return replace(item, entry=entry)
-
-
-class _DigestingReader:
-    """A reader front to back that hashes what passes through it."""
-
-    def __init__(self, body: IO[bytes]) -> None:
-        self.body, self.digest, self.size = body, hashlib.sha256(), 0
-
-    def read(self, n: int = -1) -> bytes:
-        data = self.body.read(n)
-        self.digest.update(data)
-        self.size += len(data)
-        return data
-
-    def read_to_end(self) -> tuple[int, str]:
-        """The size and sha256 of every byte, reading what is left."""
-        for _ in iter(lambda: self.read(1 << 20), b""):
-            pass
-        return self.size, self.digest.hexdigest()
 
 
 @contextmanager

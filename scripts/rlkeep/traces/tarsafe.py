@@ -2,7 +2,6 @@
 safely, and the streaming primitives (member iteration, hashing, sized reads) the tar reader uses."""
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -12,6 +11,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from rlkeep.errors import RlkeepError
+from rlkeep.hashing import HashingReader
 
 HASH_CHUNK = 1 << 20
 READ_CHUNK = 1 << 20  # tar members larger than this are read into one preallocated buffer
@@ -45,19 +45,6 @@ def unsafe_member_reason(member: tarfile.TarInfo) -> str | None:
     if not (member.isreg() or member.isdir()):
         return f"unsupported member type {member.type!r}"
     return None
-
-
-class HashingReader:
-    """A read-only file wrapper that hashes every byte read (tar stream mode reads sequentially)."""
-
-    def __init__(self, handle: Any):
-        self._handle = handle
-        self.digest = hashlib.sha256()
-
-    def read(self, size: int = -1) -> bytes:
-        data = self._handle.read(size)
-        self.digest.update(data)
-        return data
 
 
 def read_member(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
@@ -103,9 +90,8 @@ def _check_tar(tar_path: Path) -> tuple[int, str]:
                     count += 1
         except tarfile.TarError as error:
             raise RlkeepError(f"{tar_path}: not a readable tar after {count} members: {error}") from error
-        while reader.read(HASH_CHUNK):  # trailing padding after the end-of-archive blocks
-            pass
-    return count, reader.digest.hexdigest()
+        _, digest = reader.read_to_end(HASH_CHUNK)  # with the padding after the end-of-archive blocks
+    return count, digest
 
 
 def _extract_checked(tar_path: Path, dest: Path, select: Callable[[str], bool] | None) -> int:

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlkeep.errors import RlkeepError
+from rlkeep.hashing import HashingReader
 from rlkeep.traces.tarsafe import (
-    HASH_CHUNK, HashingReader, iter_members, member_path, read_member, unsafe_member_reason,
+    HASH_CHUNK, iter_members, member_path, read_member, unsafe_member_reason,
 )
 
 RESULT = "result.json"
@@ -106,9 +107,7 @@ class TarTrials:
                     yield from self._trials(tar)
             except tarfile.TarError as error:
                 raise RlkeepError(f"{self.tar_path}: not a readable tar: {error}") from error
-            while reader.read(HASH_CHUNK):  # padding after the end-of-archive blocks
-                pass
-        self.sha256 = reader.digest.hexdigest()
+            _, self.sha256 = reader.read_to_end(HASH_CHUNK)  # with the padding after the end-of-archive blocks
 
     def _trials(self, tar: tarfile.TarFile) -> Iterator[TrialContent]:
         current: str | None = None
