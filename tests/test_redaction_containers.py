@@ -276,6 +276,14 @@ def test_an_encrypted_zip_fails_the_check_and_stops_the_archive_naming_it(tmp_pa
                           extra_files=[], summary=summary, large_threshold=1 << 20, work=tmp_path / "work")
     assert not archive.exists() or not list(archive.iterdir())
     assert [p for p in (tmp_path / "work").rglob("*") if p.is_file()] == []
+    # as the message says: the zip removed at the source, the tar synced again, and the archive goes on
+    sync_tar.write_bytes(tar_bytes([("trial-1/result.json", f'{{"key": "{creds.hf.secret}"}}'.encode())]))
+    evidence = archive_sync_tars(archive / "r_archive.tgz", archive / "MANIFEST", trees=[("trace_jobs", sync_tar)],
+                                 extra_files=[], summary=summary, large_threshold=1 << 20, work=tmp_path / "work")
+    assert evidence["status"] == "completed" and evidence["kept_files"] == 1
+    with tarfile.open(archive / "r_archive.tgz") as done:
+        kept = done.extractfile("trace_jobs/trial-1/result.json").read()  # type: ignore[union-attr]
+    assert creds.hf.secret.encode() not in kept and b"<redacted:" in kept
 
 
 def _gzip_bomb(path: Path, expanded: int, filler: bytes) -> None:
