@@ -37,7 +37,7 @@ def publish_model(stage_dir: Path, repo_id: str, *, private: bool, endpoint: str
     if not files:
         raise RlkeepError(f"{stage_dir}: model staging holds no file to publish")
     target = resolve_target(endpoint, token)
-    api = target.api()
+    api = target.uploader()
     created, is_private = ensure_repo(api, target, repo_id, "model", private)
     head = head_of(api, target, repo_id, "model")
     note = f"Staging {stage_dir} is untouched; rerunning resumes (uploaded objects are reused)"
@@ -61,7 +61,7 @@ def publish_model_card(card: Path, repo_id: str, *, endpoint: str | None = None,
     if not card.is_file():
         raise RlkeepError(f"{card}: the model card to publish is missing")
     target = resolve_target(endpoint, token)
-    api = target.api()
+    api = target.uploader()
     head = head_of(api, target, repo_id, "model")
     operation = CommitOperationAdd(path_in_repo=CARD_NAME, path_or_fileobj=str(card))
     note = f"The card {card} is kept and the rest of the repo untouched; rerunning completes it"
