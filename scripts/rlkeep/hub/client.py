@@ -4,7 +4,7 @@ publication shares: create or reuse a repo, read its head, list its history, dow
 
 Xet is off for every call (HF_HUB_DISABLE_XET=1 in the environment before huggingface_hub is imported:
 rlkeep.hub's first statement): uploads then take the plain LFS protocol, which both the Hub and the
-local test server (rlkeep_dev.devserver.hub) accept, and `upload_folder` makes one commit.
+local test server (rlkeep_dev.devserver.hub) accept; each publication is one `create_commit`.
 """
 from __future__ import annotations
 
