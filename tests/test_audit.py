@@ -137,6 +137,21 @@ def test_an_intact_run_passes_and_the_audit_writes_to_no_destination(run: Finish
     assert (run.job_dir / "DONE").read_bytes() == run.done
 
 
+def test_the_audit_checks_the_hub_from_a_plain_shell_with_only_the_readme_variables(run: FinishedRun) -> None:
+    """Issue 53: no HF_HUB_DISABLE_XET (nor any other HF_HUB_* variable) is needed to audit."""
+    kept = {"PATH", "HOME", "LANG", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "XDG_CONFIG_HOME"}
+    readme = {"HF_TOKEN", "HF_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL_S3"}
+    plain = {key: value for key, value in {**os.environ, **run.env}.items()
+             if key in kept | readme or not (key.startswith(("HF_", "AWS_", "RLKEEP_")) or key in os.environ)}
+    assert "HF_HUB_DISABLE_XET" not in plain and readme <= set(plain)
+    result = subprocess.run([sys.executable, "-m", "rlkeep", "audit", "--invocation", SNAKEMAKE, "--json"],
+                            cwd=run.data_root, capture_output=True, text=True, timeout=600, env=plain)
+    assert result.returncode == 0, result.stdout + result.stderr
+    [audited] = json.loads(result.stdout)
+    checked = "\n".join(audited["checked"])
+    assert audited["status"] == "ok" and "model demo/rl-demo" in checked and "traces demo/rl-demo-traces" in checked
+
+
 def test_a_deleted_and_a_truncated_archive_object_are_named_and_uploaded_again(run: FinishedRun) -> None:
     store = open_store(f"s3://{run.bucket}/archives/{JOB}")
     tgz = f"{JOB}_archive.tgz"

@@ -116,6 +116,19 @@ def test_publish_model_round_trip_with_lfs_weights(hub_server, tmp_path: Path) -
     assert tree_state(stage) == before
 
 
+def test_a_model_of_more_files_than_one_preupload_batch_is_published_in_one_commit(hub_server, tmp_path: Path) -> None:
+    stage = stage_model(tmp_path / "stage")
+    for index in range(300):  # over huggingface_hub's 256-file batches, where upload_folder may split by Xet
+        (stage / "extra" / f"part-{index:03d}.json").parent.mkdir(exist_ok=True)
+        (stage / "extra" / f"part-{index:03d}.json").write_text(f'{{"part": {index}}}\n')
+    hub_server.clear_requests()
+    result = publish_model(stage, "laion/many", private=False, commit_message="many", **hub_kwargs(hub_server))
+    assert len([r for r in hub_server.requests() if r["kind"] == "commit"]) == 1
+    api = HfApi(endpoint=hub_server.url, token=hub_server.token)
+    assert [c.commit_id for c in api.list_repo_commits("laion/many")][0] == result["commit"]
+    assert len(api.list_repo_files("laion/many")) == len(model_files()) + 300 + 1  # .gitattributes
+
+
 def test_republishing_identical_content_makes_no_commit(hub_server, tmp_path: Path) -> None:
     stage = stage_model(tmp_path / "stage")
     first = publish_model(stage, "laion/same", private=False, commit_message="one", **hub_kwargs(hub_server))

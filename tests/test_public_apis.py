@@ -152,8 +152,9 @@ if sys.argv[1] == "huggingface_hub first":
 import rlkeep.hub
 from huggingface_hub import constants, get_session
 hooks_before = get_session().event_hooks["request"]
+rlkeep.hub.resolve_target("http://127.0.0.1:9").api()  # reading never depends on the import order
 try:
-    rlkeep.hub.resolve_target("http://127.0.0.1:9").api()
+    rlkeep.hub.resolve_target("http://127.0.0.1:9").uploader()
     refused = None
 except rlkeep.hub.client.XetNotDisabled as error:
     refused = str(error)

@@ -29,7 +29,7 @@ def upload_archive_to_hub(tgz: Path, manifest: Path, repo_id: str, job: str, *, 
         if not path.is_file():
             raise RlkeepError(f"{path}: missing; build and verify the archive before uploading it")
     target = resolve_target(endpoint, token)
-    api = target.api()
+    api = target.uploader()
     created, is_private = ensure_repo(api, target, repo_id, "dataset", private)
     head = head_of(api, target, repo_id, "dataset")
     operations = [CommitOperationAdd(path_in_repo=f"{job}/{path.name}", path_or_fileobj=str(path))

@@ -4,7 +4,7 @@ publication shares: create or reuse a repo, read its head, list its history, dow
 
 Xet is off for every call (HF_HUB_DISABLE_XET=1 in the environment before huggingface_hub is imported:
 rlkeep.hub's first statement): uploads then take the plain LFS protocol, which both the Hub and the
-local test server (rlkeep_dev.devserver.hub) accept, and `upload_folder` makes one commit.
+local test server (rlkeep_dev.devserver.hub) accept; each publication is one `create_commit`.
 """
 from __future__ import annotations
 
@@ -46,6 +46,14 @@ class HubTarget:
     token: str | None = field(default=None, repr=False)
 
     def api(self) -> HfApi:
+        """An HfApi for reading (repo info, trees, downloads): a download takes Xet only where the Hub
+        offers it for that file, so reads need nothing in huggingface_hub's environment."""
+        install_rate_limit_handling()
+        # token=False: never fall back to a token file saved for another Hub.
+        return HfApi(endpoint=self.endpoint, token=self.token if self.token else False)
+
+    def uploader(self) -> HfApi:
+        """An HfApi for the calls that upload, checked to take LFS (see the module docstring)."""
         check_xet_disabled()
         install_rate_limit_handling()
         # token=False: never fall back to a token file saved for another Hub.

@@ -17,7 +17,7 @@ from rlkeep.hub.client import (
 )
 from rlkeep.hub.failures import hub_step
 from rlkeep.hub.trees import (
-    ALLOWED_REMOTE_EXTRAS, CARD_NAME, UPLOAD_IGNORE_PATTERNS, digest_files, downloaded_files, staged_files,
+    ALLOWED_REMOTE_EXTRAS, CARD_NAME, digest_files, downloaded_files, staged_files,
     tree_differences,
 )
 from rlkeep.redaction import redact_tree
@@ -37,13 +37,15 @@ def publish_model(stage_dir: Path, repo_id: str, *, private: bool, endpoint: str
     if not files:
         raise RlkeepError(f"{stage_dir}: model staging holds no file to publish")
     target = resolve_target(endpoint, token)
-    api = target.api()
+    api = target.uploader()
     created, is_private = ensure_repo(api, target, repo_id, "model", private)
     head = head_of(api, target, repo_id, "model")
     note = f"Staging {stage_dir} is untouched; rerunning resumes (uploaded objects are reused)"
     with hub_step(target, "model", repo_id, "upload", note):
-        info = api.upload_folder(repo_id=repo_id, repo_type="model", folder_path=stage_dir,
-                                 commit_message=commit_message, ignore_patterns=list(UPLOAD_IGNORE_PATTERNS),
+        # One commit holding every file (the runbook's --single_commit): upload_folder may split a
+        # large folder into several commits when it uploads by Xet.
+        operations = [CommitOperationAdd(path_in_repo=rel, path_or_fileobj=str(path)) for rel, path in files.items()]
+        info = api.create_commit(repo_id, operations, commit_message=commit_message, repo_type="model",
                                  parent_commit=head)
     return {"repo_id": repo_id, "repo_type": "model", "commit": info.oid, "created": created,
             "private": is_private, "no_op": info.oid == head, "files": sorted(files)}
@@ -61,7 +63,7 @@ def publish_model_card(card: Path, repo_id: str, *, endpoint: str | None = None,
     if not card.is_file():
         raise RlkeepError(f"{card}: the model card to publish is missing")
     target = resolve_target(endpoint, token)
-    api = target.api()
+    api = target.uploader()
     head = head_of(api, target, repo_id, "model")
     operation = CommitOperationAdd(path_in_repo=CARD_NAME, path_or_fileobj=str(card))
     note = f"The card {card} is kept and the rest of the repo untouched; rerunning completes it"

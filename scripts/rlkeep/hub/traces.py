@@ -52,7 +52,7 @@ def replace_trace_shards(stage_dir: Path, repo_id: str, *, private: bool, endpoi
     files, shards = _staged_traces(stage_dir)
     check_repo_id(repo_id)
     target = resolve_target(endpoint, token)
-    api = target.api()
+    api = target.uploader()
     created, is_private = ensure_repo(api, target, repo_id, "dataset", private)
     head = head_of(api, target, repo_id, "dataset")
     with hub_step(target, "dataset", repo_id, "file listing"):
