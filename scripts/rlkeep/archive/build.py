@@ -1,15 +1,15 @@
 """Build the archive: one deterministic `.tgz` of everything informative, plus its MANIFEST.
 
 Members are streamed from the source tars straight into the output (random access into the
-plain tar, no extraction to disk) in sorted order with fixed metadata, and the gzip header
-carries no time and no file name, so the same inputs give the same bytes. A source may come with
+plain tar, no extraction to disk) in sorted order with fixed metadata, and compressed by
+zlib-ng in fixed blocks across the cores (see `_gzip_writer`): the gzip header carries no time
+and no file name, so the same inputs give the same bytes. A source may come with
 a rewriter (the redaction): a member it names is rewritten on its way in, into one temp file at a
 time, so the disk never holds a second copy of a source tree. The MANIFEST is
 also the archive's first member, so the tarball describes itself when found alone.
 """
 from __future__ import annotations
 
-import gzip
 import hashlib
 import io
 import os
@@ -20,6 +20,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any, Protocol
+
+from zlib_ng import gzip_ng_threaded
 
 from rlkeep.archive.manifest import (
     DEFAULT_LARGE_THRESHOLD,
@@ -37,6 +39,12 @@ from rlkeep.tarstream import member_header
 
 TREE_NAMES = ("logs", "trace_jobs", "eval_jobs", "rlkeep")  # eval_jobs: eval runs (rlkeep.kinds)
 GZIP_LEVEL = 6  # level 9 costs ~3x the CPU for a few percent on text-heavy trees
+# Block i is deflated (primed with block i-1's last 32 KiB) by compressor i % GZIP_THREADS, and a
+# zlib-ng compressor carries state from one block to its next: the bytes depend on the block size
+# and on the thread count, so both are fixed here, never taken from the machine. Two blocks in
+# flight per thread bound memory.
+GZIP_BLOCK = 1 << 20
+GZIP_THREADS = 2
 
 
 # --------------------------------------------------------------------------- sources
@@ -269,6 +277,45 @@ def _member_body(item: Planned, tars: list[tarfile.TarFile], sources: list[tuple
             yield rewritten
 
 
+class _FixedBlocks(io.RawIOBase):
+    """Hands `sink` exactly `block` bytes per write (the last one shorter), whatever sizes the
+    tar writes in: the threaded gzip writer deflates each write as a block of its own."""
+
+    def __init__(self, sink: IO[bytes], block: int) -> None:
+        self._sink, self._block, self._pending = sink, block, bytearray()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self._pending += data
+        whole = len(self._pending) - len(self._pending) % self._block
+        for start in range(0, whole, self._block):
+            self._sink.write(bytes(self._pending[start:start + self._block]))
+        del self._pending[:whole]
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed and self._pending:
+            self._sink.write(bytes(self._pending))
+            self._pending.clear()
+        super().close()
+
+
+@contextmanager
+def _gzip_writer(raw: IO[bytes], threads: int | None = None, block: int | None = None) -> Iterator[IO[bytes]]:
+    """A gzip stream into `raw` (left open): zlib-ng level GZIP_LEVEL, GZIP_BLOCK-byte blocks
+    deflated by GZIP_THREADS threads; the header has mtime 0 and no name (gzip_ng_threaded's own,
+    whatever the file object). Its writer is never flushed: a flush would start a second member."""
+    threads, block = threads or GZIP_THREADS, block or GZIP_BLOCK
+    with gzip_ng_threaded.open(raw, "wb", compresslevel=GZIP_LEVEL, threads=threads, block_size=block) as gz:
+        blocks = _FixedBlocks(gz, block)
+        try:
+            yield blocks  # type: ignore[misc]
+        finally:
+            blocks.close()
+
+
 def _write_tgz(out_tgz: Path, manifest_bytes: bytes, planned: list[Planned], tars: list[tarfile.TarFile],
                sources: list[tuple[str, Path]], rewriters: dict[int, MemberRewriter]) -> HashingWriter:
     """Write the tgz through a part file (removed on any failure); the writer holds its size and sha256."""
@@ -280,7 +327,7 @@ def _write_tgz(out_tgz: Path, manifest_bytes: bytes, planned: list[Planned], tar
     try:
         with open(tmp, "wb") as raw:
             hasher = HashingWriter(raw)
-            with gzip.GzipFile(filename="", mode="wb", fileobj=hasher, mtime=0, compresslevel=GZIP_LEVEL) as gz:
+            with _gzip_writer(hasher) as gz:
                 with tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as out:
                     out.addfile(tar_member(MANIFEST_MEMBER, len(manifest_bytes)), io.BytesIO(manifest_bytes))
                     for item in planned:

@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
+from isal import igzip, isal_zlib
+
 from rlkeep.archive.manifest import MANIFEST_MEMBER, ManifestEntry
 from rlkeep.errors import RlkeepError
 
@@ -157,7 +159,7 @@ def extract(stream: IO[bytes], kept: dict[str, ManifestEntry], target: Target) -
     raw = _Hashing(stream)
     buffered = io.BufferedReader(raw, READ_CHUNK)
     try:
-        with gzip.GzipFile(fileobj=buffered, mode="rb") as gz:
+        with igzip.GzipFile(fileobj=buffered, mode="rb") as gz:  # ISA-L: 2-3x zlib's inflate
             with tarfile.open(fileobj=gz, mode="r|") as tar:  # type: ignore[call-overload]
                 for info in tar:
                     if info.name == MANIFEST_MEMBER and info.isfile():
@@ -169,7 +171,7 @@ def extract(stream: IO[bytes], kept: dict[str, ManifestEntry], target: Target) -
                 pass
         while buffered.read(READ_CHUNK):
             pass
-    except (tarfile.TarError, EOFError, zlib.error, ArchiveReadError, gzip.BadGzipFile) as error:
+    except (tarfile.TarError, EOFError, zlib.error, isal_zlib.error, ArchiveReadError, gzip.BadGzipFile) as error:
         found.ended_early = f"{type(error).__name__}: {error}"
     except OSError as error:
         if isinstance(error.__cause__, ArchiveReadError) or error.filename is None and error.errno is None:
