@@ -101,6 +101,21 @@ def test_an_endpoint_that_does_not_answer_names_it(tmp_path: Path, bucket: str, 
     assert _advice(job_dir).startswith("make the endpoint answer, or correct AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL")
 
 
+def test_no_log_where_a_scheduler_none_run_keeps_them_blocks_in_the_record_words(tmp_path: Path, bucket: str,
+                                                                                 capsys) -> None:
+    """scheduler none: each attempt's trainer log is only in the store, under layout.logs; an
+    empty folder there (here: the store holds only checkpoints) is no completed sync."""
+    from rlkeep.storage import open_store
+
+    open_store(f"s3://{bucket}/iris/rl-demo").put_bytes("ckpts/global_step_20/state.json", b"{}")
+    said, job_dir = _failed_sync_logs(tmp_path, bucket, capsys)
+    assert said == (f"rlkeep: records/rl-demo.yaml: field 'store' is 's3://{bucket}/iris/rl-demo' and layout.logs "
+                    f"is 'logs': no object under s3://{bucket}/iris/rl-demo/logs/ (1 listed elsewhere), where a "
+                    "scheduler none run keeps each attempt's trainer log. Remedy: correct the record's store: or "
+                    "layout.logs to where the run wrote its logs, then rerun"), said
+    assert _advice(job_dir) == "correct the record's store: or layout.logs to where the run wrote its logs, then rerun"
+
+
 def test_following_the_advice_for_a_missing_bucket_reaches_done(data_root: Path, bucket: str, iris,
                                                                 hub_server) -> None:
     run, record = seed_example(data_root, bucket, iris, record_overrides=publish_overrides(bucket, data_root))
