@@ -19,6 +19,8 @@ rule list_checkpoints:
         mem_mb=1000,
         runtime=30,
         net_io=1,
+    params:
+        record=get_store_settings("ckpts", "exports"),
     script:
         "../scripts/steps/list_checkpoints.py"
 

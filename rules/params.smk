@@ -28,6 +28,23 @@ def get_record_digest(wildcards):
     return {"record_sha256": get_record_sha256(wildcards.job)}
 
 
+def get_store_settings(*components):
+    """The record's fields a step that reads the store read: the store and the layout folders it
+    lists. Correcting `store:` or one of these folders redoes the step and, through its outputs,
+    what depends on it; editing another field redoes nothing here."""
+
+    def settings(wildcards):
+        record = get_record(wildcards.job)
+        return key_sorted(
+            {
+                "store": record.store,
+                "layout": {name: record.layout.get(name) for name in components},
+            }
+        )
+
+    return settings
+
+
 def get_sync_settings(kind):
     sync = config["sync"]
     settings = {key: sync[key] for key in ("workers", "max_inflight_mb", "skip_policy")}

@@ -21,6 +21,7 @@ rule sync_logs:
         net_io=1,
     params:
         settings=get_sync_settings("logs"),
+        record=get_store_settings("logs"),
     script:
         "../scripts/steps/sync_logs.py"
 
@@ -44,5 +45,6 @@ rule sync_traces:
         net_io=1,
     params:
         settings=get_sync_settings("traces"),
+        record=get_store_settings("traces"),
     script:
         "../scripts/steps/sync_traces.py"

@@ -152,3 +152,21 @@ def test_a_capture_asked_again_before_its_readers_ran_still_plans_them_and_done(
     assert plan.returncode == 0, plan.stderr[-3000:]
     planned = set(re.findall(r"^(?:local)?rule (\w+):", plan.stdout + plan.stderr, re.M))
     assert {"capture_chain", "stop_retries", "sync_logs", "sync_traces", "done"} - planned == set(), sorted(planned)
+
+
+def test_correcting_the_store_plans_every_step_that_read_it_again(data_root: Path, bucket: str, iris) -> None:
+    """Issue 53: a record's `store:` corrected after a run left out the sync of the logs and the
+    listing of the checkpoints (they read the store but had no params naming it). Each step that
+    reads the store now carries the store and the layout folders it lists as params."""
+    seed_example(data_root, bucket, iris)
+    assert run_snakemake(data_root, "rl-demo/DONE").returncode == 0
+    record_file = data_root / "records/rl-demo.yaml"
+    store = yaml.safe_load(record_file.read_text())["store"]
+    record_file.write_text(record_file.read_text().replace(store, store + "-corrected"))
+    result = run_snakemake(data_root, "rl-demo/DONE", extra=("-n",))
+    assert result.returncode == 0, result.stderr
+    planned = {line.split()[-1].rstrip(":") for line in (result.stdout + result.stderr).splitlines()
+               if line.strip().startswith(("rule ", "localrule ", "checkpoint "))}
+    assert {"sync_logs", "sync_traces", "list_checkpoints", "done"} <= planned, planned
+    # the chain's capture reads no store: it is not redone
+    assert "capture_chain" not in planned, planned

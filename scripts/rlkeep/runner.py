@@ -163,12 +163,13 @@ def _try_step(name: str, function: StepFunction, ctx: StepContext, number: int, 
     except RlkeepError as error:
         _remove_outputs(ctx)
         log.error("step %s failed after %.1fs", target, time.monotonic() - started)
+        told = _told(error, ctx)
         if isinstance(error, TransientError):
             if number < tries:
                 return 1, error
-            _say(f"rlkeep: {error} (a transient failure, {tries} tries; rerun later)", name)
+            _say(f"rlkeep: {told} (a transient failure, {tries} tries; rerun later)", name)
             return 1, None
-        _say(f"rlkeep: {error}", name)  # permanent: no retry can change it
+        _say(f"rlkeep: {told}", name)  # permanent: no retry can change it
         return 1, None
     except OSError as error:
         if not is_no_space(error):
@@ -184,6 +185,17 @@ def _try_step(name: str, function: StepFunction, ctx: StepContext, number: int, 
         return 128 + stop.signum, None
     log.info("step %s done in %.1fs (%s)", target, time.monotonic() - started, _process_cost())
     return 0, None
+
+
+def _told(error: RlkeepError, ctx: StepContext) -> str:
+    """The failure's message; a store the record names that cannot be reached, in the record's words."""
+    from rlkeep.storage.failures import WorldError
+
+    if isinstance(error, WorldError):
+        from rlkeep.world import in_record_words
+
+        return in_record_words(error, ctx.record)
+    return str(error)
 
 
 def _process_cost() -> str:

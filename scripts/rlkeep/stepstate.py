@@ -18,6 +18,7 @@ from typing import Any
 from rlkeep.jsonio import read_json
 from rlkeep.kinds import spec_for
 from rlkeep.pipeline import EVERY_DESTINATION, PIPELINE, STEP_BY_NAME, STEPS, kind_has, parents
+from rlkeep.world import remedy_of
 
 TABLE_ORDER = {step.name: index for index, step in enumerate(PIPELINE)}
 # A helper rule (staging: no evidence of its own) is part of the first step that takes it: its
@@ -79,13 +80,15 @@ def _state_of(job_dir: Path, rule: str, parent_states: dict[str, dict[str, Any]]
         first_line = (cause["reason"].splitlines() or [""])[0]
         return {"status": "pending", "blocked_by": root, "log": cause["log"],
                 "reason": f"waits for {_named(via)}; {root} is blocked: {cause['reason']}",
-                "remaining": f"{root} is blocked ({first_line}): {STEP_BY_NAME[root].remaining}"}
+                "remaining": f"{root} is blocked ({first_line}): {cause['remaining']}"}
     for helper in (name for name in parent_states if OWNER.get(name) == rule):
         if parent_states[helper]["status"] == "blocked":
             return {**parent_states[helper], "remaining": step.remaining}
     outcome, reason = _last_run(job_dir / "logs" / f"{rule}.log")
     if outcome == "failed":
-        return {"status": "blocked", "reason": reason, "log": f"logs/{rule}.log", "remaining": step.remaining}
+        # a failure whose message states its remedy (rlkeep.world: the store the record names) is advised that
+        return {"status": "blocked", "reason": reason, "log": f"logs/{rule}.log",
+                "remaining": remedy_of(reason or "") or step.remaining}
     if step.evidence is None and outcome == "done":
         return {"status": "completed"}  # a helper rule (staging): its latest run finished
     waiting = [name for name, info in parent_states.items() if info["status"] not in {"completed", "not_applicable"}]

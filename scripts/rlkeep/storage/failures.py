@@ -212,6 +212,44 @@ def denied_by_store(error: Exception) -> tuple[str, str] | None:
     return None
 
 
+class WorldError(StoreError):
+    """The store as the record names it cannot be reached as it is: its bucket does not exist, the
+    credentials are missing or refused, or its endpoint does not answer. `cause` is one of
+    WORLD_CAUSES, `url` the store URL asked, the message what was seen; rlkeep.world says it in the
+    record's words."""
+
+    def __init__(self, cause: str, url: str, seen: str) -> None:
+        super().__init__(seen)
+        self.cause, self.url = cause, url
+
+
+class WorldUnanswered(WorldError, StoreUnavailable):
+    """The endpoint did not answer: transient, so the step tries again before it blocks."""
+
+
+WORLD_CAUSES = ("no_bucket", "no_credentials", "credentials_refused", "no_answer")
+REFUSED_CREDENTIAL_CODES = frozenset({"InvalidAccessKeyId", "SignatureDoesNotMatch"})
+
+
+def world_error(error: Exception, url: str, what: str) -> WorldError | None:
+    """The error as a WorldError (what was seen, for `what`), or None when it is no such cause.
+    Called after clock_problem_of: a signature refusal that is a clock problem is told as that."""
+    from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnectionError, NoCredentialsError
+
+    if isinstance(error, NoCredentialsError):
+        return WorldError("no_credentials", url, f"{what}: no credentials to sign with ({error})")
+    if isinstance(error, (EndpointConnectionError, ConnectTimeoutError)):
+        return WorldUnanswered("no_answer", url, f"{what}: the endpoint did not answer "
+                               f"({describe_error(error)})")
+    if isinstance(error, ClientError):
+        code = str(error.response.get("Error", {}).get("Code", ""))
+        if code == "NoSuchBucket":
+            return WorldError("no_bucket", url, f"{what}: the store answered NoSuchBucket")
+        if code in REFUSED_CREDENTIAL_CODES:
+            return WorldError("credentials_refused", url, f"{what}: the store refused the credentials ({code})")
+    return None
+
+
 def describe_error(error: Exception) -> str:
     """The error's text, cut at 300 characters for a message."""
     text = str(error)

@@ -21,7 +21,7 @@ from rlkeep.storage import multipart
 from rlkeep.storage.client import API_ATTEMPTS, requester_identity, s3_client
 from rlkeep.storage.connection import connection_for
 from rlkeep.storage.failures import (HttpStatusError, StoreThrottled, StoreUnavailable, cause_of, clock_problem_of, denied_by_store,
-                                     describe_error, is_missing, is_retryable, is_throttle, retry_after_seconds,
+                                     describe_error, is_missing, world_error, is_retryable, is_throttle, retry_after_seconds,
                                      throttle_pause)
 from rlkeep.storage.objects import CHUNK, ObjectChanged, ObjectDenied, ObjectInfo, ObjectMissing, check_key, hash_stream
 from rlkeep.storage.signer import MethodNotOffered, query_signer
@@ -55,11 +55,14 @@ class S3Store:
         try:
             return action()
         except Exception as error:  # noqa: BLE001 - classified below
-            if is_missing(error):
-                raise ObjectMissing(f"{what}: no such object") from None
             clock = clock_problem_of(error)
             if clock is not None:
                 raise StoreError(f"{what}: {clock}") from None
+            world = world_error(error, self.url, what)
+            if world is not None:
+                raise world from None
+            if is_missing(error):
+                raise ObjectMissing(f"{what}: no such object") from None
             throttled = cause_of(error, StoreThrottled)
             if throttled is not None:
                 raise StoreThrottled(f"{what}: {throttled}") from None

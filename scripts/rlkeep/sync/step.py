@@ -12,11 +12,13 @@ from rlkeep.diskspace import TAR_OVERHEAD_PER_MEMBER, require_free
 from rlkeep.errors import RlkeepError
 from rlkeep.heap import LongLived
 from rlkeep.jsonio import write_json
+from rlkeep.records import JobRecord
 from rlkeep.regions import check_transfer, store_to_local
 from rlkeep.storage import ObjectInfo, Store, open_store
 from rlkeep.sync import (chain_attempts, check_run_space, enforce_skip_policy, is_weight_or_dump, line_count,
                          parse_exclusions, trainer_logs, trial_counts)
 from rlkeep.tarstream import TarOutput, TarStats, add_bytes, refuse_denied, stream_objects_into_tar
+from rlkeep.world import REMEDY_MARK
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +115,22 @@ def _attempt_states(ctx: StepContext) -> dict[str, str]:
     return {str(a["slug"]): str(a.get("state", "unknown")) for a in chain_attempts(ctx)}
 
 
+def _require_store_logs(record: JobRecord, listed: list[ObjectInfo]) -> None:
+    """A run whose trainer logs only the store keeps (scheduler none: rlkeep.sync.trainer_logs reads
+    `<layout.logs>/<attempt>.out`), of a kind that requires them, with no object under layout.logs:
+    the record names the wrong store or folder; blocked in the record's words, never a completed sync."""
+    if record.scheduler != "none" or not record.spec.trainer_log_required:
+        return
+    logs_prefix = record.layout["logs"].strip("/") + "/"
+    if any(info.key.startswith(logs_prefix) for info in listed):
+        return
+    raise RlkeepError(f"{record.path}: field 'store' is '{record.store}' and layout.logs is "
+                      f"'{record.layout['logs']}': no object under {record.url_of(logs_prefix)}/ ({len(listed)} "
+                      "listed elsewhere), where a scheduler none run keeps each attempt's trainer log."
+                      f"{REMEDY_MARK}correct the record's store: or layout.logs to where the run wrote its "
+                      "logs, then rerun")
+
+
 def sync_logs_step(ctx: StepContext) -> None:
     """`<job>/sync/logs.tar` + manifest: trainer logs per attempt + every durable non-weight artifact."""
     settings = ctx.settings
@@ -124,6 +142,7 @@ def sync_logs_step(ctx: StepContext) -> None:
         traces_prefix = traces.strip("/") + "/" if traces else None
         everything = list(_listing(store, heap))
         listed = [info for info in everything if traces_prefix is None or not info.key.startswith(traces_prefix)]
+        _require_store_logs(record, listed)
         chosen, skipped = [], []
         for info in listed:
             reason = is_weight_or_dump(info.key)
