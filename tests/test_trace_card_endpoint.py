@@ -30,3 +30,16 @@ def test_card_links_the_model_at_the_endpoint_given(monkeypatch: pytest.MonkeyPa
     monkeypatch.delenv("HF_ENDPOINT", raising=False)
     info = CardInfo(job="rl-x", dataset_repo="org/rl-x-traces", model_repo="org/rl-x", endpoint="http://hub.test")
     assert model_line(render_card(MANIFEST, info)) == "- Policy model: [org/rl-x](http://hub.test/org/rl-x)"
+
+
+def test_page_links_follow_the_recorded_publication(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pages link a published repo where its verification says it went, whatever Hub is in use now."""
+    from rlkeep.campaign.views import destination_links
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    status = {"destinations": {"model": "org/rl-x", "traces": "org/rl-x-traces"}}
+    verify = {"model_upload": {"repo_id": "org/rl-x", "url": "http://127.0.0.1:9/org/rl-x"},
+              "traces": {"repo_id": "org/rl-x-traces", "url": "http://127.0.0.1:9/datasets/org/rl-x-traces"}}
+    links = {label: href for label, _, href in destination_links(status, None, verify)}
+    assert links == {"model": "http://127.0.0.1:9/org/rl-x", "traces": "http://127.0.0.1:9/datasets/org/rl-x-traces"}
+    unverified = {label: href for label, _, href in destination_links(status, None, {})}
+    assert unverified["model"] == "https://huggingface.co/org/rl-x"
