@@ -155,3 +155,16 @@ def test_status_of_a_job_folder_that_did_not_change_is_not_rebuilt(tmp_path: Pat
     (job / ".work" / "views.json").write_text("garbled")
     assert not refresh("snakemake --profile y")  # read again, found equal: not rewritten
     assert built == ["rl-swe"]
+
+
+def test_destinations_carry_the_url_the_verification_recorded(tmp_path: Path) -> None:
+    """DONE/STATUS.json and REPORT.md link the published repos at the Hub they went to (issue 54)."""
+    job, record_file = job_folder(tmp_path, "publish:\n  model: o/m\n  traces: o/t\nbase_model: o/base\n")
+    (job / "verify").mkdir()
+    (job / "verify/model_upload.json").write_text(json.dumps(
+        {"status": "completed", "commit": "abc123", "repo_id": "o/m", "url": "http://127.0.0.1:9/o/m"}))
+    status = build_status(job, record=load_record(record_file), invocation="snakemake --profile iris")
+    assert status["destinations"]["model_url"] == "http://127.0.0.1:9/o/m"
+    assert status["destinations"]["traces_url"] is None  # not verified: no URL claimed
+    report = render_report(status | {"steps": {name: info["status"] for name, info in status["steps"].items()}})
+    assert "- model_url: http://127.0.0.1:9/o/m" in report

@@ -222,7 +222,9 @@ def build_completion_record(job_dir: Path, record: JobRecord,
                    "files": export.get("files")} if export else None,
         "destinations": {
             "model": publish.get("model"), "model_commit": verify_model.get("commit"),
+            "model_url": verify_model.get("url"),  # where the verification found it: the Hub it went to
             "traces": publish.get("traces"), "traces_commit": verify_traces.get("commit"),
+            "traces_url": verify_traces.get("url"),
             "archive": archive_dest,
         } if record.publish or archive_dest else "not_applicable",
         "artifacts": table["artifacts"],
