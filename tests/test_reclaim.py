@@ -362,3 +362,38 @@ def test_a_later_rerun_without_authority_still_says_where_things_are_kept(tmp_pa
     again = json.loads(ctx.outputs["reclaim"].read_text())
     assert again["reason"] == "reclaimed by an earlier authorized invocation"
     assert again["preserved"] == first["preserved"] and again["deleted_keys"] == first["deleted_keys"]
+
+
+# --------------------------------------------------------------------------- awaiting authority, end to end
+
+
+def test_done_without_authority_names_the_command_and_following_it_reclaims(data_root: Path, bucket: str,
+                                                                               iris) -> None:
+    """A run that reaches DONE without authority lists reclamation as remaining work with the
+    command that grants it (DONE and REPORT.md); running that command, as printed, reclaims (issue 54)."""
+    from tests.conftest import run_snakemake, seed_example
+
+    job = "rl-demo"
+    _, record = seed_example(data_root, bucket, iris, job=job)
+    first = run_snakemake(data_root, f"{job}/DONE")
+    assert first.returncode == 0, first.stderr[-3000:]
+    done = json.loads((data_root / job / "DONE").read_text())
+    work = {item["step"]: item for item in done["remaining_work"]}
+    assert list(work) == ["reclaim"] and work["reclaim"]["status"] == "awaiting_authority"
+    command = work["reclaim"]["command"]
+    report = (data_root / job / "REPORT.md").read_text()
+    assert "None." not in report.split("## Remaining work", 1)[1]
+    assert f"Grant it with: `{command}`" in report
+    store = open_store(record["store"])
+    assert any(True for _ in store.list())
+
+    words = command.split()  # run_snakemake gives this checkout's Snakefile and the test profile
+    assert words[:2] == ["snakemake", "--profile"]
+    granted = run_snakemake(data_root, *words[3:])
+    assert granted.returncode == 0, granted.stderr[-3000:]
+    reclaim = json.loads((data_root / job / "reclaim.json").read_text())
+    assert reclaim["status"] == "completed" and reclaim["deleted_keys"] > 0
+    after = json.loads((data_root / job / "DONE").read_text())
+    assert after["reclaimed"]["keys"] == reclaim["deleted_keys"]
+    assert after["remaining_work"] == []
+    assert "## Remaining work\n\nNone." in (data_root / job / "REPORT.md").read_text()

@@ -155,3 +155,42 @@ def test_status_of_a_job_folder_that_did_not_change_is_not_rebuilt(tmp_path: Pat
     (job / ".work" / "views.json").write_text("garbled")
     assert not refresh("snakemake --profile y")  # read again, found equal: not rewritten
     assert built == ["rl-swe"]
+
+
+def test_destinations_carry_the_url_the_verification_recorded(tmp_path: Path) -> None:
+    """DONE/STATUS.json and REPORT.md link the published repos at the Hub they went to (issue 54)."""
+    job, record_file = job_folder(tmp_path, "publish:\n  model: o/m\n  traces: o/t\nbase_model: o/base\n")
+    (job / "verify").mkdir()
+    (job / "verify/model_upload.json").write_text(json.dumps(
+        {"status": "completed", "commit": "abc123", "repo_id": "o/m", "url": "http://127.0.0.1:9/o/m"}))
+    status = build_status(job, record=load_record(record_file), invocation="snakemake --profile iris")
+    assert status["destinations"]["model_url"] == "http://127.0.0.1:9/o/m"
+    assert status["destinations"]["traces_url"] is None  # not verified: no URL claimed
+    report = render_report(status | {"steps": {name: info["status"] for name, info in status["steps"].items()}})
+    assert "- model_url: http://127.0.0.1:9/o/m" in report
+
+
+def test_reclamation_awaiting_authority_is_remaining_work_with_the_command_that_grants_it(tmp_path: Path) -> None:
+    """DONE says the sources are still there while reclamation awaits authority (issue 54)."""
+    from rlkeep.reclaim import reclaim_decision
+    from rlkeep.report import build_completion_record
+    from rlkeep.profiles import default_invocation
+
+    job, record_file = job_folder(tmp_path)
+    record = load_record(record_file)
+    _, reason = reclaim_decision(authorized=False, verify_sentinels={}, required=())
+    (job / "reclaim.json").write_text(json.dumps({"status": "not_applicable", "deleted_keys": 0, "deleted_bytes": 0,
+                                                  "reason": f"nothing was deleted: {reason}"}))
+    done = build_completion_record(job, record)
+    work = {item["step"]: item for item in done["remaining_work"]}
+    assert done["steps"]["reclaim"] == "not_applicable"
+    assert work["reclaim"]["status"] == "awaiting_authority"
+    assert "file:///tmp/nowhere" in work["reclaim"]["remaining"]
+    command = f"{default_invocation()} rl-swe/DONE --config reclaim_authorized=rl-swe"
+    assert work["reclaim"]["command"] == command
+    report = render_report(done)
+    assert "- reclaim (awaiting_authority): " in report and f"Grant it with: `{command}`" in report
+
+    # once reclaimed (or when nothing is held back for want of authority) it is no longer remaining
+    (job / "reclaim.json").write_text(json.dumps({"status": "completed", "deleted_keys": 3, "deleted_bytes": 30}))
+    assert "reclaim" not in {item["step"] for item in build_completion_record(job, record)["remaining_work"]}

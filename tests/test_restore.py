@@ -269,3 +269,20 @@ def test_job_files_are_compared_by_the_manifest_digest_or_by_their_restored_copy
     assert differing_job_files(tree, undigested, [(member, local)]) == [f"{member}: restored bytes differ from {local}"]
     (tree / member).write_bytes(local.read_bytes())
     assert differing_job_files(tree, undigested, [(member, local)]) == []
+
+
+def test_a_refusal_into_a_full_folder_names_the_count_and_the_first_few_paths(tmp_path: Path) -> None:
+    """Not one line listing every file it would replace (issue 54): the count, three paths, how many more."""
+    dest = (tmp_path / "dest").as_uri()
+    _, manifest = uploaded(tmp_path / "run", dest)
+    out = tmp_path / "out"
+    assert run_cli(JOB, "--from", dest, "--to", str(out), cwd=tmp_path).returncode == 0
+    before = tree_digests(out)
+    names = ["MANIFEST", *kept_members(manifest)]  # what the restore would write, in the order it checks
+    assert len(names) > 4
+    refused = run_cli(JOB, "--from", dest, "--to", str(out), cwd=tmp_path)
+    assert refused.returncode == 1 and tree_digests(out) == before  # nothing written
+    [message] = [line for line in refused.stderr.splitlines() if "already holds" in line]
+    assert f"already holds {len(names)} of the archive's files ({', '.join(names[:3])} and {len(names) - 3} more)" \
+        in message
+    assert names[3] not in refused.stderr and "--overwrite" in message

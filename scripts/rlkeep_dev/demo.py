@@ -137,9 +137,12 @@ def run_demo(data_root: Path, config: list[str], again: str) -> int:
     done = json.loads(done_path.read_text())
     print(f"\nCompletion record: {done_path}\nReport: {data_root / JOB / 'REPORT.md'}\n")
     print(artifact_listing(data_root / JOB))
-    print(json.dumps({key: done.get(key) for key in ("job", "kind", "terminal_state", "steps", "checkpoint",
-                                                    "destinations", "artifacts", "registration", "reclaimed",
-                                                    "remaining_work") if key in done}, indent=2))
+    shown = {key: done.get(key) for key in ("job", "kind", "terminal_state", "steps", "checkpoint", "destinations",
+                                            "artifacts", "registration", "reclaimed", "remaining_work") if key in done}
+    # DONE's command assumes the store and Hub are up; the demo's own (below) starts them again
+    shown["remaining_work"] = [{k: v for k, v in item.items() if k != "command"}
+                               for item in shown.get("remaining_work") or []]
+    print(json.dumps(shown, indent=2))
     if (done.get("reclaimed") or {}).get("status") != "completed":
         print(f"\nReclaiming the run's storage needs explicit authority for this job; this starts the services "
               f"again and grants it:\n  {reclaim_command(again, config)}")

@@ -285,6 +285,9 @@ def stable_done(scenario: Scenario) -> dict[str, Any]:
         done["registration"].pop("registered_at", None)
     text = json.dumps(done, sort_keys=True)
     text = text.replace(scenario.bucket, "<bucket>").replace(str(scenario.data_root), "<data_root>")
+    endpoint = scenario.env().get("HF_ENDPOINT")  # each scenario's Hub has its own port (destinations' URLs)
+    if endpoint:
+        text = text.replace(endpoint.rstrip("/"), "<hub>")
     return json.loads(text)
 
 

@@ -97,7 +97,7 @@ def test_hub_faults_fail_publication_clearly_keep_staging_and_a_rerun_completes(
     assert hub_file(hub_server, model, "README.md") == (job_dir / "stage" / "model_card" / "README.md").read_bytes()
     assert read_json(job_dir / "verify" / "model_upload.json")["verified_commit"] == hub_history(hub_server, model)[1]
     done = read_json(job_dir / "DONE")
-    assert done["remaining_work"] == [] and done["steps"]["publish_model"] == "completed"
+    assert [(w["step"], w["status"]) for w in done["remaining_work"]] == [("reclaim", "awaiting_authority")] and done["steps"]["publish_model"] == "completed"
     assert served_faults(hub_server) == injected
     # Every failure above was reported without the Hub token or the store secret.
     credentials = (hub_server.token, scenario.s3_secret)

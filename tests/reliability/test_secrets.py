@@ -162,7 +162,7 @@ def test_no_planted_secret_reaches_the_hub_or_the_archive(data_root: Path, bucke
     result = run_snakemake(data_root, f"{JOB}/DONE", env=scenario.env())
     assert result.returncode == 0, result.stderr[-5000:]
     done = read_json(scenario.job_dir / "DONE")
-    assert done["remaining_work"] == [] and output_problems(scenario.job_dir) == []
+    assert [(w["step"], w["status"]) for w in done["remaining_work"]] == [("reclaim", "awaiting_authority")] and output_problems(scenario.job_dir) == []
 
     secrets = [(f"{artifact}/{kind}", p.secret) for (artifact, kind), p in planted.items()]
     secrets += [(f"example/{s['kind']}", s["value"]) for s in run.planted_secrets]

@@ -45,9 +45,9 @@ def dates_cell(dates: dict[str, Any]) -> str:
             "<span class=\"sub\">run times not reported</span></td>")
 
 
-def destinations_cell(status: dict[str, Any], endpoint: str | None) -> str:
+def destinations_cell(status: dict[str, Any], endpoint: str | None, verify: dict[str, Any] | None = None) -> str:
     parts = []
-    for label, text, href in destination_links(status, endpoint):
+    for label, text, href in destination_links(status, endpoint, verify):
         if href:
             parts.append(f"<a href=\"{esc(href)}\" title=\"{esc(text)}\">{esc(label)}</a>")
         else:
@@ -88,7 +88,7 @@ def run_row(view: RunView, endpoint: str | None = None, digest: dict[str, Any] |
         reward_cell,
         f"<td data-sort=\"{esc(digest['base_model'] or '')}\">{esc(digest['base_model'] or 'unknown')}</td>",
         dates_cell(digest["dates"]),
-        destinations_cell(status, endpoint),
+        destinations_cell(status, endpoint, view.files.get("verify")),
         f"<td data-sort=\"{-1 if reclaimable is None else reclaimable}\">{esc(human_bytes(storage['preserved']))} "
         f"kept<span class=\"sub\">{esc(human_bytes(reclaimable))} reclaimable"
         + (f"; {esc(human_bytes(storage['reclaimed']))} reclaimed" if storage["reclaimed"] else "") + "</span></td>",

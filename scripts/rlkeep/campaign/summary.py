@@ -79,7 +79,7 @@ def summary_card(view: RunView, endpoint: str | None = None) -> str:
         ("base model", esc(digest["base_model"] or "unknown")),
         ("size", size),
         ("dates", _dates_text(digest["dates"])),
-        ("destinations", links_html(destination_links(view.status, endpoint))),
+        ("destinations", links_html(destination_links(view.status, endpoint, view.files.get("verify")))),
         ("what remains", _remaining_text(view, digest)),
     ]
     rows = "".join(f"<dt>{name}</dt><dd>{value}</dd>" for name, value in facts)

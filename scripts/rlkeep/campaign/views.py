@@ -176,15 +176,28 @@ def hub_url(repo_id: str, repo_type: str = "model", endpoint: str | None = None)
     return join_url(endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_HUB, prefix, quote(repo_id, safe="/"))
 
 
-def destination_links(status: dict[str, Any], endpoint: str | None = None) -> list[tuple[str, str, str | None]]:
-    """(label, text, href or None) for each destination and the tracker."""
+def published_url(verify: dict[str, Any] | None, sentinel: str, repo_id: str) -> str | None:
+    """The URL the verification recorded for repo_id (the Hub it was published to), when it did."""
+    evidence = (verify or {}).get(sentinel)
+    if isinstance(evidence, dict) and evidence.get("repo_id", repo_id) == repo_id and isinstance(evidence.get("url"), str):
+        return evidence["url"]
+    return None
+
+
+def destination_links(status: dict[str, Any], endpoint: str | None = None,
+                      verify: dict[str, Any] | None = None) -> list[tuple[str, str, str | None]]:
+    """(label, text, href or None) for each destination and the tracker. A published repo links to
+    the URL its verification recorded (the Hub it went to); otherwise to the Hub in use."""
     links: list[tuple[str, str, str | None]] = []
     destinations = status.get("destinations")
     if isinstance(destinations, dict):
         if destinations.get("model"):
-            links.append(("model", destinations["model"], hub_url(destinations["model"], "model", endpoint)))
+            model = destinations["model"]
+            links.append(("model", model, published_url(verify, "model_upload", model) or hub_url(model, "model", endpoint)))
         if destinations.get("traces"):
-            links.append(("traces", destinations["traces"], hub_url(destinations["traces"], "dataset", endpoint)))
+            traces = destinations["traces"]
+            links.append(("traces", traces,
+                          published_url(verify, "traces", traces) or hub_url(traces, "dataset", endpoint)))
         if destinations.get("archive"):
             links.append(("archive", destinations["archive"], None))  # s3://: not a browser link
     tracker = status.get("tracker_url")

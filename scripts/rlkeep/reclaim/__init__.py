@@ -59,6 +59,11 @@ def reclaim_decision(*, authorized: bool, verify_sentinels: dict[str, dict[str, 
     return True, "authorized for this job and verified: " + ", ".join(present)
 
 
+def awaits_authority(evidence: dict[str, Any]) -> bool:
+    """Whether reclaim.json says nothing was deleted because the invocation did not grant it."""
+    return evidence.get("status") == "not_applicable" and AUTHORITY_HINT in str(evidence.get("reason") or "")
+
+
 # --------------------------------------------------------------------------- the plan
 
 

@@ -17,6 +17,7 @@ from rlkeep.logfacts import remembered
 from rlkeep.metrics import skipped_lines_markdown, without_metrics_markdown
 from rlkeep.pipeline import STEP_BY_NAME, STEPS, Step, kind_has, verifications, verify_sentinels
 from rlkeep.profiles import default_invocation, own_profile
+from rlkeep.reclaim import awaits_authority
 from rlkeep.records import JobRecord
 from rlkeep.stepstate import collect_steps
 from rlkeep.tracker import tracker_of
@@ -199,6 +200,11 @@ def build_completion_record(job_dir: Path, record: JobRecord,
         for name, info in steps.items()
         if info["status"] not in {"completed", "not_applicable"}
     ]
+    if awaits_authority(reclaim):  # not_applicable as a step, yet the sources are still there to reclaim
+        remaining.append({"step": "reclaim", "status": "awaiting_authority",
+                          "remaining": f"the run's source storage ({record.store}) is kept: reclaim it once you "
+                                       "decide to, by granting the authority for exactly this job",
+                          "command": grant_command(record.job, "reclaim", default_invocation())})
     publish = record.publish or {}
 
     tracker_url, tracker_url_source = tracker_of(record, job_dir)  # the record's URL always wins
@@ -222,7 +228,9 @@ def build_completion_record(job_dir: Path, record: JobRecord,
                    "files": export.get("files")} if export else None,
         "destinations": {
             "model": publish.get("model"), "model_commit": verify_model.get("commit"),
+            "model_url": verify_model.get("url"),  # where the verification found it: the Hub it went to
             "traces": publish.get("traces"), "traces_commit": verify_traces.get("commit"),
+            "traces_url": verify_traces.get("url"),
             "archive": archive_dest,
         } if record.publish or archive_dest else "not_applicable",
         "artifacts": table["artifacts"],
@@ -293,7 +301,8 @@ def render_report(done: dict[str, Any]) -> str:
     lines += ["", "## Remaining work", ""]
     if done["remaining_work"]:
         lines += [f"- {item['step']} ({item['status']}): {item['remaining']}"
-                  + (f" Continue with: `{item['command']}`" if item.get("command") else "")
+                  + (f" {'Grant it with' if item['status'] == 'awaiting_authority' else 'Continue with'}: "
+                     f"`{item['command']}`" if item.get("command") else "")
                   for item in done["remaining_work"]]
     else:
         lines.append("None.")
@@ -313,6 +322,12 @@ def continue_command(job: str, step: Step | None, invocation: str) -> str:
     if step is not None and step.name in AUTHORITY:
         command += f" --config {AUTHORITY[step.name]}={job}"
     return command
+
+
+def grant_command(job: str, name: str, invocation: str) -> str:
+    """The command that grants a step's authority for exactly this job and brings DONE up to date
+    (docs/contract.md §6: targets before --config)."""
+    return f"{invocation} {job}/DONE --config {AUTHORITY[name]}={job}"
 
 
 def disk_need(job_dir: Path) -> dict[str, Any] | None:

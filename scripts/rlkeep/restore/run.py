@@ -15,11 +15,12 @@ from typing import Any
 
 from rlkeep.archive.manifest import MANIFEST_MEMBER, ManifestEntry, parse_manifest
 from rlkeep.errors import RlkeepError
-from rlkeep.restore.extract import SHOWN, Extraction, Target, extract, kept_entries
+from rlkeep.restore.extract import Extraction, Target, extract, kept_entries
 from rlkeep.restore.source import ArchiveLocation, open_member_object, read_small_object
 from rlkeep.urls import join_url
 
 log = logging.getLogger("rlkeep.restore")
+EXISTING_SHOWN = 3  # a refusal names the first few files it would replace; the rest are counted
 
 
 @dataclass
@@ -90,9 +91,11 @@ def restore_archive(location: ArchiveLocation, target: Target, *, overwrite: boo
     if not overwrite:
         present = target.existing([MANIFEST_MEMBER, *kept])
         if present:
+            more = len(present) - EXISTING_SHOWN
             raise RlkeepError(f"restore target {target.description} already holds {len(present)} of the archive's "
-                              f"files ({', '.join(present[:SHOWN])}); nothing was written. Restore into an empty "
-                              "folder or prefix (--to), or pass --overwrite to replace them")
+                              f"files ({', '.join(present[:EXISTING_SHOWN])}" + (f" and {more} more" if more > 0 else "")
+                              + "); nothing was written. Restore into an empty folder or prefix (--to), or pass "
+                              "--overwrite to replace them")
     try:
         with open_member_object(location, location.tgz_name) as stream:
             extraction = extract(stream, kept, target)

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rlkeep.hub.client import resolve_target
+
 CARD_NAME = "README.md"
 CARD_MARKER = "<!-- rlkeep: trace dataset card -->"
 
@@ -18,7 +20,7 @@ class CardInfo:
     job: str | None = None
     dataset_repo: str | None = None
     model_repo: str | None = None
-    endpoint: str = "https://huggingface.co"
+    endpoint: str | None = None  # the Hub the model was published to; None: HF_ENDPOINT or the default
 
 
 def _percent(value: float) -> str:
@@ -60,7 +62,7 @@ def render_card(manifest: dict[str, Any], info: CardInfo, *, data_dir: str = "da
     if info.job:
         lines.append(f"- Run (job): `{info.job}`")
     if info.model_repo:
-        lines.append(f"- Policy model: [{info.model_repo}]({info.endpoint}/{info.model_repo})")
+        lines.append(f"- Policy model: [{info.model_repo}]({resolve_target(info.endpoint).repo_url(info.model_repo)})")
     source = manifest.get("source") or {}
     if source.get("sha256"):
         lines.append(f"- Trace archive: `{source.get('name') or 'trace tree'}` (sha256 `{source['sha256']}`)")

@@ -13,6 +13,7 @@ from rlkeep.errors import RlkeepError
 from rlkeep.hub import REPO_ID_RE, replace_trace_shards, verify_trace_publication
 from rlkeep.jsonio import dumps
 from rlkeep.traces.build import build_trace_dataset
+from rlkeep.hub.client import resolve_target
 from rlkeep.traces.card import CardInfo
 from rlkeep.traces.coverage import DEFAULT_MIN_COVERAGE
 from rlkeep.traces.export import EPISODES, FILTERS
@@ -90,7 +91,8 @@ def cli_main(argv: list[str]) -> int:
     options = dict(episodes=args.episodes, filter=args.filter, min_coverage=args.min_coverage,
                    trials_per_shard=args.trials_per_shard, source_sha256=args.source_sha256,
                    clean_terminal_noise=args.clean_terminal_noise, sharegpt=args.sharegpt,
-                   card=CardInfo(job=args.job, dataset_repo=args.repo_id, model_repo=args.model_repo))
+                   card=CardInfo(job=args.job, dataset_repo=args.repo_id, model_repo=args.model_repo,
+                                 endpoint=resolve_target().endpoint))
     if args.stage_only is not None:
         manifest = build_trace_dataset(args.job_dir, args.stage_only, **options)
         kept = foreign_files(args.stage_only)

@@ -7,6 +7,7 @@ from typing import Any
 
 from rlkeep.context import StepContext
 from rlkeep.errors import RlkeepError
+from rlkeep.hub.client import resolve_target
 from rlkeep.jsonio import read_json
 from rlkeep.traces.build import build_trace_dataset
 from rlkeep.traces.card import CardInfo
@@ -30,7 +31,8 @@ def stage_traces_step(ctx: StepContext) -> None:
     sync_manifest = read_json(ctx.inputs["manifest"])
     settings = ctx.settings
     publish = ctx.record.publish or {}
-    card = CardInfo(job=ctx.job, dataset_repo=publish.get("traces"), model_repo=publish.get("model"))
+    card = CardInfo(job=ctx.job, dataset_repo=publish.get("traces"), model_repo=publish.get("model"),
+                    endpoint=resolve_target().endpoint)
     manifest = build_trace_dataset(
         ctx.inputs["tar"], ctx.outputs["stage"],
         episodes=str(settings.get("episodes", "last")),
