@@ -14,6 +14,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -285,10 +286,13 @@ def stable_done(scenario: Scenario) -> dict[str, Any]:
         done["registration"].pop("registered_at", None)
     text = json.dumps(done, sort_keys=True)
     text = text.replace(scenario.bucket, "<bucket>").replace(str(scenario.data_root), "<data_root>")
-    endpoint = scenario.env().get("HF_ENDPOINT")  # each scenario's Hub has its own port (destinations' URLs)
-    if endpoint:
-        text = text.replace(endpoint.rstrip("/"), "<hub>")
-    return json.loads(text)
+    done = json.loads(text)
+    # each run's local Hub has a port of its own: the published repos' URLs keep their path only
+    if isinstance(done.get("destinations"), dict):
+        for name in ("model_url", "traces_url"):
+            if isinstance(done["destinations"].get(name), str):
+                done["destinations"][name] = re.sub(r"^https?://[^/]+", "<hub>", done["destinations"][name])
+    return done
 
 
 def output_problems(job_dir: Path) -> list[str]:
