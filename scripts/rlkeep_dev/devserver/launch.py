@@ -83,8 +83,8 @@ def start_hub_process(root: Path, *, token: str | None = None, xet: bool = False
     if token is not None:
         env["RLKEEP_HUB_TOKEN"] = token  # not on the command line, where `ps` would show it
     process = subprocess.Popen(
-        [sys.executable, "-m", "rlkeep_dev.devserver.hub", "--root", str(root), "--port", "0", "--ready-file", str(ready),
-         *(["--xet"] if xet else [])],
+        [sys.executable, "-m", "rlkeep_dev.devserver.hub", "--root", str(root), "--port", "0",
+         "--ready-file", str(ready), *(["--xet"] if xet else [])],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + ready_timeout
     while not ready.is_file():

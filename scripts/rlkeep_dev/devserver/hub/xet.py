@@ -61,7 +61,8 @@ class XetCas:
         """The token endpoints' answer: its JSON body and the same facts as X-Xet-* headers."""
         expires = int(time.time()) + TOKEN_LIFETIME
         body = {"casUrl": self.url, "accessToken": ACCESS_TOKEN, "exp": expires}
-        headers = {"X-Xet-Cas-Url": self.url, "X-Xet-Access-Token": ACCESS_TOKEN, "X-Xet-Token-Expiration": str(expires)}
+        headers = {"X-Xet-Cas-Url": self.url, "X-Xet-Access-Token": ACCESS_TOKEN,
+                   "X-Xet-Token-Expiration": str(expires)}
         return body, headers
 
     def _store(self) -> Path:
