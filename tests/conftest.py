@@ -26,8 +26,8 @@ REPO = Path(__file__).resolve().parents[1]
 _bucket_numbers = itertools.count()
 # every Snakemake start would otherwise wait ~9 s on scontrol where SLURM's client has no cluster
 os.environ.update(no_cluster_env(Path(tempfile.mkdtemp(prefix="rlkeep-no-slurm-"))))
-# as rlkeep.hub sets it, before any test module imports huggingface_hub (which reads it once)
-os.environ["HF_HUB_DISABLE_XET"] = "1"
+# huggingface_hub as a user runs it: Xet on unless the Hub has none (a developer's own switch is not the suite's)
+os.environ.pop("HF_HUB_DISABLE_XET", None)
 
 
 @pytest.fixture(scope="session")

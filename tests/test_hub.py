@@ -1,4 +1,5 @@
-"""rlkeep.hub: publication and verification against the dev Hub through the real client."""
+"""rlkeep.hub: publication and verification against the dev Hub through the real client; the
+publications in both server modes (Xet, as the Hub is today, and LFS, a Hub without Xet)."""
 from __future__ import annotations
 
 import hashlib
@@ -9,7 +10,7 @@ import string
 from pathlib import Path
 
 import pytest
-from huggingface_hub import HfApi, constants
+from huggingface_hub import HfApi
 
 from rlkeep_dev.devserver.hub import LFS_SIZE_THRESHOLD
 from rlkeep.errors import RlkeepError
@@ -18,7 +19,7 @@ from rlkeep.hub import (
     publish_model, publish_model_card, remote_extras, render_model_card, replace_trace_shards,
     verify_model_publication, verify_trace_publication,
 )
-from tests.support.hub import hub_server, no_client_backoff, stored_blobs
+from tests.support.hub import both_transfers, hub_server, no_client_backoff, stored_blobs
 
 __all__ = ["hub_server", "no_client_backoff"]  # fixtures used below
 pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>':DeprecationWarning")  # httpx2 on LFS PUT
@@ -80,11 +81,6 @@ def stage_traces(root: Path, shards: int, rows: int = 3) -> Path:
     return write_tree(root, files)
 
 
-@pytest.fixture(autouse=True)
-def xet_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)  # rlkeep.hub sets it too; be explicit
-
-
 def hub_kwargs(server) -> dict[str, str]:
     return {"endpoint": server.url, "token": server.token}
 
@@ -92,12 +88,22 @@ def hub_kwargs(server) -> dict[str, str]:
 # -- model publication -----------------------------------------------------------------------
 
 
-def test_publish_model_round_trip_with_lfs_weights(hub_server, tmp_path: Path) -> None:
+@both_transfers
+def test_publish_model_round_trip_with_lfs_weights(hub_server, tmp_path: Path,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
     big = b"\x08\0\0\0\0\0\0\0{}      " + os.urandom(LFS_SIZE_THRESHOLD + 1000)
     stage = stage_model(tmp_path / "stage", weights=big)
     before = tree_state(stage)
-    result = publish_model(stage, "laion/rl-model", private=True, commit_message="Publish rl-model",
-                           **hub_kwargs(hub_server))
+    with caplog.at_level("INFO", logger="rlkeep"):
+        result = publish_model(stage, "laion/rl-model", private=True, commit_message="Publish rl-model",
+                               **hub_kwargs(hub_server))
+    kinds = {r["kind"] for r in hub_server.requests()}
+    if hub_server.xet is not None:  # huggingface_hub's default transfer, where the Hub offers it
+        assert "model repo laion/rl-model: uploading by Xet" in caplog.text
+        assert "lfs_batch" not in kinds and hub_server.xet.received_bytes() >= len(big)
+    else:  # the step's log says why it took LFS
+        assert "uploading by LFS: the Hub answers it has no Xet (HTTP 501" in caplog.text
+        assert {"lfs_batch", "lfs_put"} <= kinds
     assert result["created"] is True and result["no_op"] is False and result["private"] is True
     assert result["files"] == sorted(model_files())
     api = HfApi(endpoint=hub_server.url, token=hub_server.token)
@@ -129,6 +135,7 @@ def test_a_model_of_more_files_than_one_preupload_batch_is_published_in_one_comm
     assert len(api.list_repo_files("laion/many")) == len(model_files()) + 300 + 1  # .gitattributes
 
 
+@both_transfers
 def test_republishing_identical_content_makes_no_commit(hub_server, tmp_path: Path) -> None:
     stage = stage_model(tmp_path / "stage")
     first = publish_model(stage, "laion/same", private=False, commit_message="one", **hub_kwargs(hub_server))
@@ -137,6 +144,61 @@ def test_republishing_identical_content_makes_no_commit(hub_server, tmp_path: Pa
     assert second["commit"] == first["commit"]
     assert second["no_op"] is True and second["created"] is False
     assert [r for r in hub_server.requests() if r["kind"] == "commit"] == []
+
+
+def commit_contents(server, repo_id: str, commit: str) -> dict[str, tuple[int, str]]:
+    """path -> (size, sha256 for LFS/Xet files, git blob sha1 otherwise) of a commit, as the Hub lists it."""
+    api = HfApi(endpoint=server.url, token=server.token)
+    return {e.path: (e.size, e.lfs.sha256 if e.lfs else e.blob_id)
+            for e in api.list_repo_tree(repo_id, revision=commit, recursive=True) if hasattr(e, "size")}
+
+
+@pytest.mark.parametrize("hub_server", ["xet"], indirect=True)
+def test_a_republication_of_an_unchanged_model_moves_under_one_percent_of_its_bytes_by_xet(
+        hub_server, tmp_path: Path) -> None:
+    """Guard: Xet as the default transfer (rlkeep.hub.transfer). Republished by LFS into a repo that
+    lacks the objects, every byte would move again."""
+    weights = b"\x08\0\0\0\0\0\0\0{}      " + os.urandom(LFS_SIZE_THRESHOLD + 4096)
+    stage = stage_model(tmp_path / "stage", weights=weights)
+    size = sum(path.stat().st_size for path in stage.rglob("*") if path.is_file())
+    first = publish_model(stage, "laion/xet-once", private=False, commit_message="one", **hub_kwargs(hub_server))
+    moved_first = hub_server.xet.received_bytes()
+    assert moved_first >= len(weights)
+    again = publish_model(stage, "laion/xet-once", private=False, commit_message="two", **hub_kwargs(hub_server))
+    assert again["no_op"] is True and hub_server.xet.received_bytes() - moved_first < 0.01 * size
+    # the same model into a repo that has none of it: Xet's chunk dedup still moves almost nothing
+    other = publish_model(stage, "laion/xet-twice", private=False, commit_message="one", **hub_kwargs(hub_server))
+    moved = hub_server.xet.received_bytes() - moved_first
+    assert moved < 0.01 * size, (moved, size)
+    assert commit_contents(hub_server, "laion/xet-twice", other["commit"]) == \
+        commit_contents(hub_server, "laion/xet-once", first["commit"])
+
+
+@pytest.mark.parametrize("kind", ["xet_token", "commit"])
+@pytest.mark.parametrize("hub_server", ["xet"], indirect=True)
+def test_an_interrupted_xet_publication_rerun_converges_to_the_same_commit_contents(
+        hub_server, tmp_path: Path, no_client_backoff: None, kind: str) -> None:
+    """Stopped before its CAS upload (the token) or after it (the commit): the Hub is unchanged, and
+    the rerun's commit holds what an uninterrupted publication's does, reusing what was uploaded."""
+    weights = b"\x08\0\0\0\0\0\0\0{}      " + os.urandom(LFS_SIZE_THRESHOLD + 4096)
+    stage = stage_model(tmp_path / "stage", weights=weights)
+    reference = publish_model(stage_model(tmp_path / "ref", weights=weights), "laion/xet-ref", private=False,
+                              commit_message="x", **hub_kwargs(hub_server))
+    api = HfApi(endpoint=hub_server.url, token=hub_server.token)
+    api.create_repo("laion/xet-cut")
+    head = api.repo_info("laion/xet-cut").sha
+    hub_server.fail_next(kind, 100)
+    with pytest.raises(RlkeepError, match=r"laion/xet-cut"):
+        publish_model(stage, "laion/xet-cut", private=False, commit_message="x", **hub_kwargs(hub_server))
+    assert api.repo_info("laion/xet-cut").sha == head
+    hub_server.clear_faults()
+    moved_before = hub_server.xet.received_bytes()
+    result = publish_model(stage, "laion/xet-cut", private=False, commit_message="x", **hub_kwargs(hub_server))
+    assert result["commit"] != head and hub_server.xet.received_bytes() - moved_before < 0.01 * len(weights)
+    assert commit_contents(hub_server, "laion/xet-cut", result["commit"]) == \
+        commit_contents(hub_server, "laion/xet-ref", reference["commit"])
+    assert compare_trees(stage, download_fresh("laion/xet-cut", tmp_path / "dl", repo_type="model",
+                                                 revision=result["commit"], **hub_kwargs(hub_server))) == []
 
 
 def test_publish_is_additive(hub_server, tmp_path: Path) -> None:
@@ -209,6 +271,7 @@ def fake_credentials() -> str:
     return f"HF_TOKEN={hf}\naws_access_key_id = {aws}\n"
 
 
+@both_transfers
 def test_verify_model_publication_passes_and_returns_evidence(hub_server, tmp_path: Path, redactor) -> None:
     stage = stage_model(tmp_path / "stage")
     commit = publish_model(stage, "laion/verified", private=True, commit_message="x",
@@ -319,6 +382,7 @@ def test_download_fresh_refuses_a_non_empty_directory(hub_server, tmp_path: Path
 # -- trace dataset ----------------------------------------------------------------------------------
 
 
+@both_transfers
 def test_replace_trace_shards_deletes_only_stale_train_shards_in_one_commit(hub_server, tmp_path: Path) -> None:
     api = HfApi(endpoint=hub_server.url, token=hub_server.token)
     first = replace_trace_shards(stage_traces(tmp_path / "v1", 3), "laion/traces", private=True,
@@ -344,6 +408,7 @@ def test_replace_trace_shards_deletes_only_stale_train_shards_in_one_commit(hub_
     assert third["no_op"] is True and third["commit"] == second["commit"]
 
 
+@both_transfers
 def test_trace_commit_fault_changes_nothing_and_rerun_completes(hub_server, tmp_path: Path) -> None:
     replace_trace_shards(stage_traces(tmp_path / "v1", 3), "laion/tr-fault", private=False, commit_message="v1",
                          **hub_kwargs(hub_server))

@@ -1,4 +1,5 @@
-"""The Hub-compatible dev server, driven by the real huggingface_hub 2.4 client (Xet off)."""
+"""The Hub-compatible dev server, driven by the real huggingface_hub 2.4 client: in LFS mode (the
+client's Xet off, as most tests here drive the LFS protocol) and in Xet mode (hf_xet's local CAS)."""
 from __future__ import annotations
 
 import base64
@@ -263,20 +264,50 @@ def test_lfs_put_needs_a_valid_signature_and_matching_content(hub_server) -> Non
         assert "actions" not in again["objects"][0]  # already stored: the client skips the upload
 
 
-def test_xet_token_endpoints_answer_501_and_a_forgotten_xet_switch_fails_loudly(
+def test_in_lfs_mode_xet_token_endpoints_answer_501_and_a_client_uploading_by_xet_fails_loudly(
         hub_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     api = api_for(hub_server)
     api.create_repo("team/xet")
     with httpx2.Client() as client:
         answer = client.get(f"{hub_server.url}/api/models/team/xet/xet-write-token/main",
                             headers={"authorization": f"Bearer {hub_server.token}"})
-    assert answer.status_code == 501 and "HF_HUB_DISABLE_XET" in answer.json()["error"]
+    assert answer.status_code == 501 and "it has no Xet storage" in answer.json()["error"]
+    assert "no Xet storage" in answer.headers["X-Error-Message"]  # what rlkeep.hub.transfer logs
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", False)
     (tmp_path / "w.safetensors").write_bytes(b"\0" * 100)
     with pytest.raises(Exception, match="501"):
         api.upload_file(path_or_fileobj=str(tmp_path / "w.safetensors"), path_in_repo="w.safetensors",
                         repo_id="team/xet")
     assert not api.file_exists("team/xet", "w.safetensors")
+
+
+def test_in_xet_mode_the_unmodified_client_uploads_and_downloads_by_xet_and_plain_http_serves_the_bytes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", False)
+    weights = os.urandom(LFS_SIZE_THRESHOLD + 4096)
+    stage = write_tree(tmp_path / "stage", {"w.safetensors": weights, "config.json": b'{"a": 1}'})
+    with running_hub(tmp_path / "hub", token=new_token(), xet=True) as server:
+        api = api_for(server)
+        api.create_repo("team/xet")
+        operations = [CommitOperationAdd(name, str(stage / name)) for name in ("w.safetensors", "config.json")]
+        commit = api.create_commit("team/xet", operations, commit_message="by xet").oid
+        kinds = [entry["kind"] for entry in server.requests()]
+        assert "xet_token" in kinds and "lfs_batch" not in kinds and "lfs_put" not in kinds
+        assert server.xet.received_bytes() >= len(weights)  # the bytes went to the CAS, not by LFS
+        entry = next(e for e in api.list_repo_tree("team/xet", revision=commit) if e.path == "w.safetensors")
+        assert entry.lfs.sha256 == hashlib.sha256(weights).hexdigest() and entry.xet_hash
+        head = httpx2.head(f"{server.url}/team/xet/resolve/{commit}/w.safetensors",
+                           headers={"authorization": f"Bearer {server.token}"})
+        assert head.headers["X-Xet-Hash"] == entry.xet_hash and 'rel="xet-auth"' in head.headers["Link"]
+        server.clear_requests()
+        fresh = Path(snapshot_download("team/xet", revision=commit, local_dir=tmp_path / "fresh", endpoint=server.url,
+                                       token=server.token))
+        assert (fresh / "w.safetensors").read_bytes() == weights
+        assert "xet_read" in [entry["kind"] for entry in server.requests()]
+        plain = httpx2.get(f"{server.url}/team/xet/resolve/{commit}/w.safetensors",
+                           headers={"authorization": f"Bearer {server.token}"})
+        assert plain.content == weights  # the commit put the file in the LFS store: scans see its bytes
+        assert any(path == "w.safetensors" and data == weights for _, path, data in stored_blobs(server.root))
 
 
 # -- auth ----------------------------------------------------------------------------------------

@@ -79,7 +79,8 @@ def demo_services(data_root: Path) -> Iterator[tuple[dict[str, str], S3Server, H
     with ExitStack() as running:
         with stops_deferred():  # a stop while a service starts is raised once `running` will stop it
             s3 = running.enter_context(S3Server(services / "s3"))
-            hub = running.enter_context(HubServer(services / "hub", token=token).start())
+            # the Hub as it is today: Xet (huggingface_hub uploads and downloads through its local CAS)
+            hub = running.enter_context(HubServer(services / "hub", token=token, xet=True).start())
         env = {
             **s3.env(),
             **hub_env(hub.url, token, base={}),

@@ -7,12 +7,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import CommitOperationAdd
-
 from rlkeep.errors import RlkeepError
 from rlkeep.hashing import sha256_file
 from rlkeep.hub.client import check_repo_id, ensure_repo, head_of, resolve_target
 from rlkeep.hub.failures import hub_step
+from rlkeep.hub.transfer import commit_files
 from rlkeep.hub.trees import FileDigest
 
 
@@ -29,14 +28,12 @@ def upload_archive_to_hub(tgz: Path, manifest: Path, repo_id: str, job: str, *, 
         if not path.is_file():
             raise RlkeepError(f"{path}: missing; build and verify the archive before uploading it")
     target = resolve_target(endpoint, token)
-    api = target.uploader()
+    api = target.api()
     created, is_private = ensure_repo(api, target, repo_id, "dataset", private)
     head = head_of(api, target, repo_id, "dataset")
-    operations = [CommitOperationAdd(path_in_repo=f"{job}/{path.name}", path_or_fileobj=str(path))
-                  for path in (tgz, manifest)]
-    with hub_step(target, "dataset", repo_id, "archive upload", f"the local archive {tgz} is untouched; rerun"):
-        info = api.create_commit(repo_id, operations, commit_message=f"rlkeep: archive {job}", repo_type="dataset",
-                                 parent_commit=head)
+    info = commit_files(api, target, repo_id, "dataset", {f"{job}/{path.name}": path for path in (tgz, manifest)},
+                        commit_message=f"rlkeep: archive {job}", parent_commit=head, step="archive upload",
+                        note=f"the local archive {tgz} is untouched; rerun")
     objects = []
     with tempfile.TemporaryDirectory(prefix="rlkeep-archive-verify-") as scratch:
         for path in (tgz, manifest):

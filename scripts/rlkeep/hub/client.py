@@ -1,79 +1,26 @@
-"""The Hub client: where to publish (endpoint and token from HF_ENDPOINT and HF_TOKEN unless
-passed), an HfApi for it with Xet off and rate limits handled, and the repo-level calls every
-publication shares: create or reuse a repo, read its head, list its history, download it fresh.
-
-Xet is off for every call (HF_HUB_DISABLE_XET=1 in the environment before huggingface_hub is imported:
-rlkeep.hub's first statement): uploads then take the plain LFS protocol, which both the Hub and the
-local test server (rlkeep_dev.devserver.hub) accept; each publication is one `create_commit`.
+"""The repo-level Hub calls every publication shares: create or reuse a repo, read its head, list
+its history, download it fresh. The target (endpoint, token, its HfApi) is rlkeep.hub.target's;
+how an upload transfers its files, rlkeep.hub.transfer's.
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from huggingface_hub import HfApi
-from huggingface_hub import constants as hf_constants
 from huggingface_hub.errors import HfHubHTTPError
 
 from rlkeep.errors import RlkeepError
 from rlkeep.hub.failures import hub_step, status_of
-from rlkeep.hub.ratelimits import install_rate_limit_handling
+from rlkeep.hub.target import DEFAULT_ENDPOINT, HubTarget, resolve_target  # re-exported: where callers import them
 from rlkeep.hub.trees import CLIENT_BOOKKEEPING
 
-DEFAULT_ENDPOINT = "https://huggingface.co"
+__all__ = ["DEFAULT_ENDPOINT", "REPO_ID_RE", "HubTarget", "check_repo_id", "download_fresh", "ensure_repo", "head_of",
+           "history_problems", "require_dir", "resolve_target"]
+
 REPO_ID_RE = re.compile(  # a Hub repo id, org/name: the one pattern rlkeep checks them with
     r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-
-class XetNotDisabled(RlkeepError):
-    """huggingface_hub was imported before HF_HUB_DISABLE_XET=1 was set, so it would upload by Xet."""
-
-
-def check_xet_disabled() -> None:
-    """Check that uploads take LFS: huggingface_hub read HF_HUB_DISABLE_XET=1 when it was imported."""
-    if not hf_constants.HF_HUB_DISABLE_XET:
-        raise XetNotDisabled(
-            "huggingface_hub was imported before rlkeep set HF_HUB_DISABLE_XET=1, so its uploads would take Xet, "
-            "which rlkeep does not use: import rlkeep.hub first, or set HF_HUB_DISABLE_XET=1 in the environment")
-
-
-@dataclass(frozen=True)
-class HubTarget:
-    endpoint: str
-    token: str | None = field(default=None, repr=False)
-
-    def api(self) -> HfApi:
-        """An HfApi for reading (repo info, trees, downloads): a download takes Xet only where the Hub
-        offers it for that file, so reads need nothing in huggingface_hub's environment."""
-        install_rate_limit_handling()
-        # token=False: never fall back to a token file saved for another Hub.
-        return HfApi(endpoint=self.endpoint, token=self.token if self.token else False)
-
-    def uploader(self) -> HfApi:
-        """An HfApi for the calls that upload, checked to take LFS (see the module docstring)."""
-        check_xet_disabled()
-        install_rate_limit_handling()
-        # token=False: never fall back to a token file saved for another Hub.
-        return HfApi(endpoint=self.endpoint, token=self.token if self.token else False)
-
-    def repo_url(self, repo_id: str, repo_type: str = "model") -> str:
-        """Where this Hub serves the repo (the one place such a URL is joined): datasets under /datasets/."""
-        return f"{self.endpoint}/{repo_id}" if repo_type == "model" else f"{self.endpoint}/{repo_type}s/{repo_id}"
-
-    def scrub(self, text: str) -> str:
-        """Defence in depth: no message built here should contain the token, but make sure."""
-        if self.token and len(self.token) >= 8:  # shorter strings are not secrets, just noise to mask
-            return text.replace(self.token, "<HF_TOKEN>")
-        return text
-
-
-def resolve_target(endpoint: str | None = None, token: str | None = None) -> HubTarget:
-    endpoint = endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
-    token = token if token is not None else os.environ.get("HF_TOKEN") or None
-    return HubTarget(endpoint.rstrip("/"), token)
 
 
 def check_repo_id(repo_id: str) -> None:

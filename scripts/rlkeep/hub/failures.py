@@ -1,28 +1,22 @@
-"""What a failed Hub call says: the protocol step a request belongs to, one line about the
-failure (no query strings: LFS upload URLs carry signatures), and `hub_step`, which turns a Hub
-or network failure into an RlkeepError naming the repo and the step, with the token scrubbed.
+"""What a failed Hub call says: one line about the failure (no query strings: LFS upload URLs
+carry signatures), and `hub_step`, which turns a Hub or network failure into an RlkeepError naming
+the repo and the step, with the token scrubbed.
 """
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 import httpx2
 from huggingface_hub.errors import HfHubHTTPError
 
 from rlkeep.diskspace import is_no_space
 from rlkeep.errors import RlkeepError, TransientError
-
-if TYPE_CHECKING:  # client.py imports this module: the target is only an annotation here
-    from rlkeep.hub.client import HubTarget
+from rlkeep.hub.calls import hub_call_of
+from rlkeep.hub.ratelimits import HubRateLimited
+from rlkeep.hub.target import HubTarget
 
 HUB_FAILURES = (OSError, ValueError, RuntimeError, httpx2.HTTPError)
-
-
-class HubRateLimited(RlkeepError):
-    """The Hub kept answering 429 for longer than the bound allows (permanent for this run: the
-    bound was the retry; rerun later)."""
 
 
 class HubUnavailable(TransientError):
@@ -53,22 +47,6 @@ def _innermost_http_error(error: BaseException) -> HfHubHTTPError | None:
             return current
         current = current.__cause__ or current.__context__
     return None
-
-
-def hub_call_of(method: str, path: str) -> str:
-    """The protocol step a request belongs to, named for an operator."""
-    steps = [("/preupload/", "preupload"), ("/info/lfs/objects/batch", "LFS batch"), ("/verify", "LFS verify"),
-             ("/complete", "LFS multipart completion"), ("/commit/", "commit"), ("/validate-yaml", "README validation"),
-             ("/resolve/", "file download"), ("/tree/", "tree listing"), ("/paths-info/", "paths info"),
-             ("/repos/create", "repo creation"), ("/xet-", "Xet token (Xet must be disabled)")]
-    for marker, name in steps:
-        if marker in path:
-            return name
-    if method == "PUT":
-        return "LFS upload"
-    if path.startswith("/api/"):
-        return "repo info"
-    return "request"
 
 
 def describe_hub_error(error: BaseException) -> str:

@@ -8,14 +8,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import CommitOperationAdd
-
 from rlkeep.errors import RlkeepError
 from rlkeep.hub.checks import check_publication
 from rlkeep.hub.client import (
     check_repo_id, download_fresh, ensure_repo, head_of, history_problems, require_dir, resolve_target,
 )
-from rlkeep.hub.failures import hub_step
+from rlkeep.hub.transfer import commit_files
 from rlkeep.hub.trees import (
     ALLOWED_REMOTE_EXTRAS, CARD_NAME, digest_files, downloaded_files, staged_files,
     tree_differences,
@@ -37,16 +35,14 @@ def publish_model(stage_dir: Path, repo_id: str, *, private: bool, endpoint: str
     if not files:
         raise RlkeepError(f"{stage_dir}: model staging holds no file to publish")
     target = resolve_target(endpoint, token)
-    api = target.uploader()
+    api = target.api()
     created, is_private = ensure_repo(api, target, repo_id, "model", private)
     head = head_of(api, target, repo_id, "model")
     note = f"Staging {stage_dir} is untouched; rerunning resumes (uploaded objects are reused)"
-    with hub_step(target, "model", repo_id, "upload", note):
-        # One commit holding every file (the runbook's --single_commit): upload_folder may split a
-        # large folder into several commits when it uploads by Xet.
-        operations = [CommitOperationAdd(path_in_repo=rel, path_or_fileobj=str(path)) for rel, path in files.items()]
-        info = api.create_commit(repo_id, operations, commit_message=commit_message, repo_type="model",
-                                 parent_commit=head)
+    # One commit holding every file (the runbook's --single_commit): upload_folder may split a
+    # large folder into several commits when it uploads by Xet.
+    info = commit_files(api, target, repo_id, "model", files, commit_message=commit_message, parent_commit=head,
+                        step="upload", note=note)
     return {"repo_id": repo_id, "repo_type": "model", "commit": info.oid, "created": created,
             "private": is_private, "no_op": info.oid == head, "files": sorted(files)}
 
@@ -63,13 +59,11 @@ def publish_model_card(card: Path, repo_id: str, *, endpoint: str | None = None,
     if not card.is_file():
         raise RlkeepError(f"{card}: the model card to publish is missing")
     target = resolve_target(endpoint, token)
-    api = target.uploader()
+    api = target.api()
     head = head_of(api, target, repo_id, "model")
-    operation = CommitOperationAdd(path_in_repo=CARD_NAME, path_or_fileobj=str(card))
     note = f"The card {card} is kept and the rest of the repo untouched; rerunning completes it"
-    with hub_step(target, "model", repo_id, "model card commit", note):
-        info = api.create_commit(repo_id, [operation], commit_message=commit_message, repo_type="model",
-                                 parent_commit=head)
+    info = commit_files(api, target, repo_id, "model", {CARD_NAME: card}, commit_message=commit_message,
+                        parent_commit=head, step="model card commit", note=note)
     return {"repo_id": repo_id, "repo_type": "model", "commit": info.oid, "parent": head,
             "no_op": info.oid == head, "files": [CARD_NAME]}
 

@@ -4,18 +4,34 @@ RateLimitTransport, which waits out 429 answers within a bounded total wait per 
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import httpx2
 from huggingface_hub import get_session, set_client_factory
 
-from rlkeep.hub.failures import HubRateLimited, hub_call_of
+from rlkeep.errors import RlkeepError
+from rlkeep.hub.calls import hub_call_of
+from rlkeep.retrying import Backoff, Tries, retrying
 from rlkeep.storage import retry_after_seconds
 from rlkeep.waits import seconds_from_env
 
 RATE_LIMIT_WAIT_ENV = "RLKEEP_HUB_RATE_LIMIT_WAIT"
 DEFAULT_RATE_LIMIT_WAIT = 300.0  # seconds one request may spend waiting out 429 answers
+RATE_LIMIT_BACKOFF = Backoff(first=1.0, factor=2.0, cap=30.0)  # between 429 answers that name no Retry-After
+
+
+class HubRateLimited(RlkeepError):
+    """The Hub kept answering 429 for longer than the bound allows (permanent for this run: the
+    bound was the retry; rerun later)."""
+
+
+class _Throttled(Exception):
+    """A 429 answer, carried through the retry policy; `retry_after` is the delay it asked for."""
+
+    def __init__(self, response: httpx2.Response) -> None:
+        super().__init__("HTTP 429")
+        self.response = response
+        self.retry_after = retry_after_seconds(response.headers.get("Retry-After"))
 
 
 def rate_limit_bound() -> float:
@@ -41,29 +57,38 @@ class RateLimitTransport(httpx2.BaseTransport):
         self.inner = inner
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
-        waited, answers = 0.0, 0
-        while True:
-            response = self.inner.handle_request(request)
-            if response.status_code != 429:
-                return response
-            answers += 1
-            retry_after = retry_after_seconds(response.headers.get("Retry-After"))
-            pause = retry_after if retry_after is not None else min(30.0, 2.0 ** (answers - 1))
-            bound = rate_limit_bound()
-            if waited + pause > bound:
-                response.close()
-                path = request.url.path
-                asked = f"asks to wait {pause:g} s more" if retry_after is not None else "still answers 429"
-                raise HubRateLimited(
-                    f"rate limited: HTTP 429 on {request.method} {path} ({hub_call_of(request.method, path)}); the Hub "
-                    f"{asked} after {answers} such answers and {waited:.0f} s of waiting, past the {bound:g} s allowed "
-                    f"({RATE_LIMIT_WAIT_ENV}): rerun later, or raise the bound")
-            if not _replayable(request):
-                return response
-            response.read()
-            response.close()
-            time.sleep(pause)
-            waited += pause
+        bound = rate_limit_bound()
+        replayable = _replayable(request)
+
+        def give_up(tries: Tries) -> None:
+            throttled = tries.error
+            assert isinstance(throttled, _Throttled)
+            if tries.waited + tries.last_pause <= bound:
+                return None  # a streamed body, within the bound: its 429 goes back to the client's own retry
+            throttled.response.close()
+            path = request.url.path
+            asked = f"asks to wait {tries.last_pause:g} s more" if tries.asked is not None else "still answers 429"
+            raise HubRateLimited(
+                f"rate limited: HTTP 429 on {request.method} {path} ({hub_call_of(request.method, path)}); the Hub "
+                f"{asked} after {tries.made} such answers and {tries.waited:.0f} s of waiting, past the {bound:g} s "
+                f"allowed ({RATE_LIMIT_WAIT_ENV}): rerun later, or raise the bound")
+
+        policy = retrying(on=lambda error: isinstance(error, _Throttled), backoff=RATE_LIMIT_BACKOFF,
+                          asked=lambda error: error.retry_after if isinstance(error, _Throttled) else None,
+                          waiting_bound=bound, tries=None if replayable else 1,
+                          gave_up=give_up)  # type: ignore[arg-type]  # returns for a streamed body
+        try:
+            for attempt in policy:
+                with attempt:
+                    response = self.inner.handle_request(request)
+                    if response.status_code == 429:
+                        if replayable:  # sent again after the pause: this answer is done with
+                            response.read()
+                            response.close()
+                        raise _Throttled(response)
+            return response
+        except _Throttled as throttled:  # a streamed body that cannot be sent again, within the bound
+            return throttled.response
 
     def close(self) -> None:
         self.inner.close()

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
+from huggingface_hub import HfApi
 from huggingface_hub.hf_api import RepoFile
 
 from rlkeep.errors import RlkeepError
@@ -20,6 +20,7 @@ from rlkeep.hub.client import (
     HubTarget, check_repo_id, ensure_repo, head_of, history_problems, require_dir, resolve_target,
 )
 from rlkeep.hub.failures import hub_step
+from rlkeep.hub.transfer import commit_files
 from rlkeep.hub.trees import CARD_NAME, FileDigest, git_blob_sha1_file, staged_files
 
 MANIFEST_NAME = "trace_export_manifest.json"
@@ -52,20 +53,16 @@ def replace_trace_shards(stage_dir: Path, repo_id: str, *, private: bool, endpoi
     files, shards = _staged_traces(stage_dir)
     check_repo_id(repo_id)
     target = resolve_target(endpoint, token)
-    api = target.uploader()
+    api = target.api()
     created, is_private = ensure_repo(api, target, repo_id, "dataset", private)
     head = head_of(api, target, repo_id, "dataset")
     with hub_step(target, "dataset", repo_id, "file listing"):
         remote = api.list_repo_files(repo_id, repo_type="dataset", revision=head)
     stale = sorted(path for path in remote if TRAIN_SHARD_RE.fullmatch(path) and path not in files)
     uploads = shards + [name for name in (CARD_NAME,) if name in files] + [MANIFEST_NAME]
-    operations: list[CommitOperationAdd | CommitOperationDelete] = [
-        CommitOperationAdd(path_in_repo=rel, path_or_fileobj=str(files[rel])) for rel in uploads]
-    operations += [CommitOperationDelete(path_in_repo=path, is_folder=False) for path in stale]
     note = f"Staging {stage_dir} is untouched and the remote shard set unchanged; rerunning completes it"
-    with hub_step(target, "dataset", repo_id, "commit", note):
-        info = api.create_commit(repo_id, operations, commit_message=commit_message, repo_type="dataset",
-                                 parent_commit=head)
+    info = commit_files(api, target, repo_id, "dataset", {rel: files[rel] for rel in uploads}, deletes=stale,
+                        commit_message=commit_message, parent_commit=head, step="commit", note=note)
     return {"repo_id": repo_id, "repo_type": "dataset", "commit": info.oid, "created": created,
             "private": is_private, "no_op": info.oid == head, "uploaded": uploads, "deleted": stale}
 

@@ -3,7 +3,8 @@ and the environment a huggingface_hub client (or a Snakemake child) needs to rea
 
 In-process: `running_hub(root)`, a started HubServer. Out-of-process (what the Snakemake rules
 see): `start_hub_process(root)` runs `python -m rlkeep_dev.devserver.hub`; `hub_env(url, token)`
-gives the child environment, Xet off (the server speaks the LFS protocol, not Xet).
+gives the child environment (nothing about the transfer: the client asks the server, which speaks
+Xet in Xet mode and answers it has none in LFS mode).
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def running_hub(root: Path, *, token: str | None = None, **options: Any) -> Iter
 def hub_env(url: str, token: str | None, base: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for a child process that talks to the server through huggingface_hub."""
     env = dict(os.environ if base is None else base)
-    env.update({"HF_ENDPOINT": url, "HF_HUB_DISABLE_XET": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
+    env.update({"HF_ENDPOINT": url, "HF_HUB_DISABLE_TELEMETRY": "1",
                 "HF_HUB_DISABLE_UPDATE_CHECK": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"})
     env.pop("HF_HUB_OFFLINE", None)  # offline mode blocks localhost too
     if token is None:
@@ -71,8 +72,9 @@ class HubProcess:
         return self.process.returncode
 
 
-def start_hub_process(root: Path, *, token: str | None = None, ready_timeout: float = 30) -> HubProcess:
-    """Run the server as its own process (port 0) and wait for its ready file."""
+def start_hub_process(root: Path, *, token: str | None = None, xet: bool = False,
+                      ready_timeout: float = 30) -> HubProcess:
+    """Run the server as its own process (port 0), in Xet mode or LFS mode, and wait for its ready file."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     ready = root.parent / f"{root.name}.ready.json"
@@ -81,7 +83,8 @@ def start_hub_process(root: Path, *, token: str | None = None, ready_timeout: fl
     if token is not None:
         env["RLKEEP_HUB_TOKEN"] = token  # not on the command line, where `ps` would show it
     process = subprocess.Popen(
-        [sys.executable, "-m", "rlkeep_dev.devserver.hub", "--root", str(root), "--port", "0", "--ready-file", str(ready)],
+        [sys.executable, "-m", "rlkeep_dev.devserver.hub", "--root", str(root), "--port", "0",
+         "--ready-file", str(ready), *(["--xet"] if xet else [])],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + ready_timeout
     while not ready.is_file():

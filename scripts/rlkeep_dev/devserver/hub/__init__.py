@@ -1,11 +1,11 @@
 """A Hugging Face Hub-compatible HTTP server for tests and `make demo`.
 
 It speaks the subset of the Hub protocol that huggingface_hub 2.4 uses to create repos, upload
-(preupload -> LFS batch/PUT/verify -> NDJSON commit), list, and download (see
-docs/reference.md, Hub protocol). It has no Xet storage: the `xet-*-token` endpoints
-answer 501, so every client must run with `HF_HUB_DISABLE_XET=1` (or set
-`huggingface_hub.constants.HF_HUB_DISABLE_XET = True`); otherwise uploads of LFS-sized files fail
-loudly instead of silently taking another path.
+(preupload -> Xet CAS or LFS batch/PUT/verify -> NDJSON commit), list, and download (see
+docs/reference.md, Hub protocol), in one of two modes. Xet mode (`xet=True`, `--xet`): the
+`xet-*-token` endpoints name hf_xet's disk-backed CAS at `local://<root>/xet-cas`, which the
+unmodified client uploads to and downloads from (xet.py). LFS mode (the default): they answer 501,
+"no Xet storage", and a client uploading LFS-sized files by Xet fails loudly.
 
 State lives under a root directory so other processes and tests can inspect it:
 
@@ -14,6 +14,7 @@ State lives under a root directory so other processes and tests can inspect it:
     <root>/repos/<type>s/<ns>/<name>/blobs/<git-sha1>    regular file contents
     <root>/repos/<type>s/<ns>/<name>/lfs/<sha256>        LFS object contents
     <root>/incoming/                                     uploads in flight
+    <root>/xet-cas/                                      the Xet CAS (Xet mode): xorbs and shards
 
 A commit is written first and the branch moves afterwards with one atomic rename of
 repo.json, so a commit applies fully or not at all. `stored_blobs(root)` enumerates every stored
@@ -24,7 +25,8 @@ Run as a process: `python -m rlkeep_dev.devserver.hub --root DIR [--port 0] [--t
 
 One module per job: protocol (limits, LFS rules, paths, RepoRef, HubError, listing shapes),
 store (the state above and stored_blobs), handler (HTTP plumbing and auth), repos and uploads
-(the endpoints), routes (which endpoint a request reaches; the admin endpoints) and server
+(the endpoints), xet (the local CAS: its token, what it received, sha256 -> Xet hash, a file
+reconstructed), routes (which endpoint a request reaches; the admin endpoints) and server
 (HubServer: lifecycle, fault injection, request log, remote edits; the process entry point).
 The public names are re-exported here.
 """

@@ -163,8 +163,8 @@ class HandlerBase(BaseHTTPRequestHandler):
         state = self._auth_state()
         if state == "invalid":
             raise HubError(401, "Invalid credentials in Authorization header")
-        if state == "anonymous" and kind not in {"info", "tree", "paths_info", "download", "refs", "commits",
-                                                   "validate_yaml", "unknown"}:
+        if state == "anonymous" and kind not in {"info", "tree", "paths_info", "download", "xet_read", "refs",
+                                                   "commits", "validate_yaml", "unknown"}:
             raise HubError(401, "Invalid username or password.")
 
     def _readable_repo(self, ref: RepoRef) -> dict[str, Any]:

@@ -25,11 +25,11 @@ SHA1_RE = re.compile(r"^[0-9a-f]{40}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 FAULT_KINDS = (
     "create", "delete_repo", "info", "tree", "paths_info", "preupload", "lfs_batch", "lfs_put",
-    "lfs_verify", "commit", "download", "validate_yaml",
+    "lfs_verify", "commit", "download", "validate_yaml", "xet_token", "xet_read",
 )
 XET_MESSAGE = (
-    "This Hub-compatible test server has no Xet storage. Run the client with HF_HUB_DISABLE_XET=1 "
-    "(or huggingface_hub.constants.HF_HUB_DISABLE_XET = True) so uploads use the LFS protocol."
+    "This Hub-compatible test server runs in LFS mode: it has no Xet storage. Upload by the LFS protocol "
+    "(preupload, LFS batch, commit); start the server with xet=True (--xet) for Xet."
 )
 INITIAL_GITATTRIBUTES = "".join(
     f"{pattern} filter=lfs diff=lfs merge=lfs -text\n"
@@ -143,6 +143,8 @@ def file_entry(path: str, entry: dict[str, Any]) -> dict[str, Any]:
     if "lfs" in entry:
         lfs = entry["lfs"]
         result["lfs"] = {"oid": lfs["sha256"], "size": lfs["size"], "pointerSize": lfs["pointerSize"]}
+    if "xetHash" in entry:
+        result["xetHash"] = entry["xetHash"]
     return result
 
 

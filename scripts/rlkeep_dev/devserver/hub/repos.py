@@ -141,6 +141,10 @@ class RepoEndpoints(HandlerBase):
         headers = {"X-Repo-Commit": sha, "ETag": f'"{etag}"', "Accept-Ranges": "bytes"}
         if "lfs" in entry:
             headers.update({"X-Linked-Etag": f'"{etag}"', "X-Linked-Size": str(size)})
+        if "xetHash" in entry and self.hub.xet is not None:  # a Xet download, through xet-read-token
+            headers["X-Xet-Hash"] = entry["xetHash"]
+            token_url = f"{self._base_url()}/api/{ref.repo_type}s/{ref.repo_id}/xet-read-token/{sha}"
+            headers["Link"] = f'<{token_url}>; rel="xet-auth"'
         start, end, status = 0, size - 1, 200
         range_header = self.headers.get("Range")
         if range_header:

@@ -58,8 +58,8 @@ class HubHandler(RepoEndpoints, UploadEndpoints):
                 ("refs", "GET"): (lambda: self._refs(ref), "refs"),
                 ("commits", "GET"): (lambda: self._commits(ref, rev), "commits"),
                 ("branch", "POST"): (lambda: self._create_branch(ref, rev), "branch"),
-                ("xet-write-token", "GET"): (self._no_xet, "xet"),
-                ("xet-read-token", "GET"): (self._no_xet, "xet"),
+                ("xet-write-token", "GET"): (lambda: self._xet_token(ref), "xet_token"),
+                ("xet-read-token", "GET"): (lambda: self._xet_token(ref), "xet_read"),
             }
             if (action, m) in table:
                 return table[(action, m)]

@@ -22,6 +22,7 @@ from rlkeep_dev.devserver.hub.protocol import (
 )
 from rlkeep_dev.devserver.hub.routes import HubHandler
 from rlkeep_dev.devserver.hub.store import HubStore
+from rlkeep_dev.devserver.hub.xet import XetCas
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -38,8 +39,11 @@ class HubServer:
 
     def __init__(self, root: str | os.PathLike[str], token: str | None = None, *, host: str = "127.0.0.1",
                  port: int = 0, user: str = DEFAULT_USER, multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD,
-                 chunk_size: int = DEFAULT_CHUNK_SIZE, tree_page_size: int = DEFAULT_TREE_PAGE_SIZE):
+                 chunk_size: int = DEFAULT_CHUNK_SIZE, tree_page_size: int = DEFAULT_TREE_PAGE_SIZE,
+                 xet: bool = False):
         self.store = HubStore(Path(root))
+        # Xet mode: the token endpoints name a local CAS under the root; LFS mode: they answer 501.
+        self.xet = XetCas(Path(root) / "xet-cas") if xet else None
         self.token = token
         self.user = user
         self.multipart_threshold = multipart_threshold
@@ -166,9 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--token", default=os.environ.get("RLKEEP_HUB_TOKEN"),
                         help="accepted bearer token (default $RLKEEP_HUB_TOKEN; none: no auth)")
     parser.add_argument("--ready-file", type=Path, help="written with {url, pid} once listening")
+    parser.add_argument("--xet", action="store_true", help="Xet mode: uploads and downloads through a local CAS")
     args = parser.parse_args(argv)
 
-    server = HubServer(args.root, token=args.token, host=args.host, port=args.port).start()
+    server = HubServer(args.root, token=args.token, host=args.host, port=args.port, xet=args.xet).start()
     stopping = threading.Event()
 
     def request_stop(signum: int, frame: object) -> None:

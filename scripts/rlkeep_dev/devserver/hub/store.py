@@ -156,7 +156,7 @@ class HubStore:
         """Validate every operation, then write the commit and move the branch: all or nothing.
 
         operations: {"op": "file", "path", "content": bytes} | {"op": "lfs", "path", "sha256",
-        "size"?} | {"op": "delete_file", "path"} | {"op": "delete_folder", "path"}.
+        "size"?, "xet_hash"?} | {"op": "delete_file", "path"} | {"op": "delete_folder", "path"}.
         """
         if not summary.strip():
             raise HubError(400, "commit summary must not be empty")
@@ -219,6 +219,8 @@ class HubStore:
             pointer = lfs_pointer(sha256, size)
             files[path] = {"oid": git_blob_sha1(pointer), "size": size,
                            "lfs": {"sha256": sha256, "size": size, "pointerSize": len(pointer)}}
+            if operation.get("xet_hash"):  # uploaded by Xet: downloads may take Xet too
+                files[path]["xetHash"] = operation["xet_hash"]
         else:
             raise HubError(400, f"unknown commit operation {kind!r}")
 

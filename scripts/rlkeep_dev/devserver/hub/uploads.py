@@ -1,6 +1,7 @@
-"""Upload endpoints: preupload (which files go through LFS), the NDJSON commit, and the LFS
-protocol (batch, signed single and multipart PUT, completion, verify). No Xet: its token
-endpoints answer 501.
+"""Upload endpoints: preupload (which files go through LFS), the Xet token endpoints (the local
+CAS in Xet mode, 501 in LFS mode), the NDJSON commit (in Xet mode an `lfsFile` uploaded by Xet is
+reconstructed into the LFS store first), and the LFS protocol (batch, signed single and multipart
+PUT, completion, verify), which both modes accept.
 """
 from __future__ import annotations
 
@@ -22,8 +23,34 @@ from rlkeep_dev.devserver.hub.protocol import SHA256_RE, XET_MESSAGE, HubError, 
 class UploadEndpoints(HandlerBase):
     """Preupload, commit and LFS upload; HubHandler routes to them."""
 
-    def _no_xet(self) -> None:
-        raise HubError(501, XET_MESSAGE)
+    def _xet_token(self, ref: RepoRef) -> None:
+        """The CAS a Xet upload or download goes to; in LFS mode the answer that there is no Xet."""
+        self._readable_repo(ref)
+        if self.hub.xet is None:
+            raise HubError(501, XET_MESSAGE)
+        body, headers = self.hub.xet.token()
+        self._send_json(body, headers=headers)
+
+    def _from_xet(self, ref: RepoRef, operation: dict[str, Any]) -> None:
+        """An `lfsFile` uploaded by Xet: its Xet hash on the operation, its bytes in the LFS store."""
+        xet = self.hub.xet
+        sha256, size = operation["sha256"], operation.get("size")
+        if xet is None or not SHA256_RE.fullmatch(sha256):
+            return
+        file_hash = xet.file_hash(sha256)
+        if file_hash is None:
+            return  # not uploaded by Xet: the commit needs it in the LFS store (apply_commit checks)
+        operation["xet_hash"] = file_hash
+        if self.hub.store.has_lfs_object(ref, sha256, size) or not isinstance(size, int):
+            return
+        incoming = self.hub.store.root / "incoming" / f"xet-{file_hash}"
+        incoming.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            xet.reconstruct(file_hash, size, incoming)
+            with open(incoming, "rb") as handle:
+                self.hub.store.store_lfs_object(ref, sha256, size, iter(lambda: handle.read(1 << 20), b""))
+        finally:
+            incoming.unlink(missing_ok=True)
 
     def _preupload(self, ref: RepoRef, revision: str) -> None:
         self._readable_repo(ref)
@@ -73,6 +100,9 @@ class UploadEndpoints(HandlerBase):
                 operations.append(self._commit_operation(key, value, number))
         if header is None:
             raise HubError(400, "commit payload has no header line")
+        for operation in operations:
+            if operation["op"] == "lfs":
+                self._from_xet(ref, operation)
         sha = self.hub.store.apply_commit(ref, revision, header.get("summary") or "", header.get("description") or "",
                                           header.get("parentCommit"), operations, self.hub.user)
         self._send_json({"commitUrl": f"{self._base_url()}/{ref.url_prefix}{ref.repo_id}/commit/{sha}",
