@@ -80,6 +80,6 @@ def test_the_tracker_url_and_revision_come_from_the_memo_once_known(tmp_path: Pa
     def no_reading(*args, **kwargs):
         raise AssertionError("logs.tar was read again")
     monkeypatch.setattr(tracker, "_attempt_logs", no_reading)
-    monkeypatch.setattr("rlkeep.report._source_revision_in", no_reading)
+    monkeypatch.setattr("rlkeep.report.completion._source_revision_in", no_reading)
     assert tracker.tracker_of(record(tmp_path), job_dir) == first
     assert run_source_revision(job_dir / "sync" / "logs.tar") == revision

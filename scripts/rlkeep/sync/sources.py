@@ -1,4 +1,9 @@
-"""Sync: every attempt's logs and the full durable trace tree, tar then transfer.
+"""What each sync copies and from where: the exclusions (weights, core dumps, caches), the trial
+counts of a trace tree, the skip policy, the run's disk need checked before the first byte, and
+every attempt's trainer log (from the scheduler's command line or the store).
+
+Sync as a whole: every attempt's logs and the full durable trace tree, tar then transfer
+(the tar itself is rlkeep.tarstream's; the steps rlkeep.sync.step's).
 
 Objects are listed completely (every page), fetched concurrently and written straight into
 one tar in key order: no temporary tree of thousands of files, memory bounded by the fetch
@@ -22,9 +27,6 @@ from rlkeep.diskspace import require_run_space, run_space_need
 from rlkeep.scheduler import IrisCli, JobGoneError, LogFetch, scheduler_for
 from rlkeep.context import StepContext
 from rlkeep.storage import ObjectInfo, Store
-# The tar writing lives in rlkeep.tarstream; its names stay importable from here (archive.py and tests use them).
-from rlkeep.tarstream import (HashingWriter, Progress, TarOutput, TarStats, add_bytes, append_member,  # noqa: F401
-                              member_header, refuse_denied, stream_objects_into_tar, tar_member)
 
 log = logging.getLogger(__name__)
 
