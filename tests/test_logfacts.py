@@ -1,4 +1,4 @@
-"""rlkeep.logfacts: facts out of sync/logs.tar are read once per version of the tarball, on disk,
+"""rlkeep.folderstate.remembered: facts out of sync/logs.tar are read once per version of the tarball, on disk,
 so the STATUS.json and campaign refresh after every invocation does not reread every run's logs."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rlkeep import tracker
-from rlkeep.logfacts import remembered
+from rlkeep.folderstate import remembered
 from rlkeep.report import run_source_revision
 from tests.test_tracker import URL, record, write_logs_tar
 

@@ -25,7 +25,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                 "rlkeep.urls", "rlkeep.waits", "rlkeep.kinds", "rlkeep.profiles", "rlkeep.chain_recapture",
                 "rlkeep.batch_errors", "rlkeep.vllm_stats", "rlkeep.attempt_logs", "rlkeep.run_report",
                 "rlkeep.folderstate", "rlkeep.tracker", "rlkeep.diskspace", "rlkeep.export.layout",
-                "rlkeep.tokenizer", "rlkeep.files", "rlkeep.heap", "rlkeep.logfacts", "rlkeep.job_ids",
                 "rlkeep.retrying")),
     ("model", ("rlkeep.records", "rlkeep.context", "rlkeep.pipeline")),
     ("transport", ("rlkeep.storage", "rlkeep.world", "rlkeep.regions", "rlkeep.tarstream", "rlkeep.scheduler",

@@ -13,7 +13,7 @@ from typing import Any
 
 from rlkeep.audit import damaged_steps, last_audit
 from rlkeep.jsonio import read_json
-from rlkeep.logfacts import remembered
+from rlkeep.folderstate import remembered
 from rlkeep.metrics import skipped_lines_markdown, without_metrics_markdown
 from rlkeep.pipeline import STEP_BY_NAME, STEPS, Step, kind_has, verifications, verify_sentinels
 from rlkeep.profiles import default_invocation, own_profile
@@ -58,7 +58,7 @@ REVISION_KEYS = ("source_revision", "git_sha", "git_commit", "git_revision", "co
 
 def run_source_revision(logs_tar: Path) -> str:
     """The training code's revision when the run recorded one in its resolved config; never guessed.
-    Read out of logs.tar once per version of it (rlkeep.logfacts)."""
+    Read out of logs.tar once per version of it (rlkeep.folderstate.remembered)."""
     if not logs_tar.is_file():
         return "not recorded"
     return remembered(logs_tar.parent.parent, "source_revision", logs_tar, list(REVISION_KEYS),

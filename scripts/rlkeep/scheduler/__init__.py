@@ -4,7 +4,7 @@ The pipeline sees one interface, `scheduler_for(record)` -> Scheduler (IrisSched
 SlurmScheduler, NoScheduler): `capture` (chain.json's attempts), `stop_retries` (retries.json,
 through the one exact-stop loop `stop_each`), where an attempt's trainer log is read
 (`log_cli`, `stdout_paths`; rlkeep.sync). A new scheduler is one more subclass in SCHEDULERS and
-one more entry of rlkeep.job_ids (its chain's job-id shape, read by rlkeep.records).
+one more entry of rlkeep.records.CHAIN_ID_CHECKS (its chain's job-id shape).
 Commands are argument lists run without a shell: record values never meet a shell parser.
 
 The modules, one job each:

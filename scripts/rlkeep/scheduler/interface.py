@@ -5,7 +5,7 @@ the command timeout and numbers read from the environment.
 A scheduler captures chain.json's attempts, stops pending retries for retries.json, and says where
 an attempt's trainer log can be read (rlkeep.sync; `log_cli`, a LogCommand, where a command line
 proves a log complete). It imports no scheduler: each one imports it. What its record must look like (the chain's
-job-id shape, a `cluster:`) is data in rlkeep.job_ids, which rlkeep.records reads.
+job-id shape, a `cluster:`) is data in rlkeep.records (CHAIN_ID_CHECKS).
 """
 from __future__ import annotations
 
