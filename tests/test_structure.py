@@ -11,6 +11,7 @@ The layers, lowest first, are in LAYERS below (one place); docs/layout.md draws 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -187,6 +188,24 @@ def test_every_module_has_a_layer_and_no_import_climbs() -> None:
     graph = import_graph()
     assert {name: layer_of(name) for name in graph if name != "rlkeep"}  # layer_of names a module in none
     assert climbs(graph) == [], "imports that climb a layer:\n" + "\n".join(climbs(graph))
+
+
+LAYOUT = PACKAGE.parents[1] / "docs" / "layout.md"
+MODULE_LINE = re.compile(r"^- `([\w.]+)`", re.M)
+
+
+def test_docs_layout_has_a_line_per_module_under_its_layer() -> None:
+    """docs/layout.md lists each module once, under the heading of its layer here."""
+    listed: dict[str, str] = {}
+    layer = ""
+    for line in LAYOUT.read_text(encoding="utf-8").splitlines():
+        if line.startswith("### "):
+            layer = line[4:].strip()
+        elif found := MODULE_LINE.match(line):
+            assert found.group(1) not in listed, f"docs/layout.md lists {found.group(1)} twice"
+            listed[found.group(1)] = layer
+    modules = {name.removeprefix("rlkeep."): layer_of(name) for name in import_graph() if name != "rlkeep"}
+    assert listed == modules
 
 
 def test_the_reader_counts_type_only_and_deferred_imports_and_finds_a_circle(tmp_path: Path) -> None:
