@@ -1,4 +1,4 @@
-"""rlkeep.logfacts: facts out of sync/logs.tar are read once per version of the tarball, on disk,
+"""rlkeep.folderstate.remembered: facts out of sync/logs.tar are read once per version of the tarball, on disk,
 so the STATUS.json and campaign refresh after every invocation does not reread every run's logs."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rlkeep import tracker
-from rlkeep.logfacts import remembered
+from rlkeep.folderstate import remembered
 from rlkeep.report import run_source_revision
 from tests.test_tracker import URL, record, write_logs_tar
 
@@ -80,6 +80,6 @@ def test_the_tracker_url_and_revision_come_from_the_memo_once_known(tmp_path: Pa
     def no_reading(*args, **kwargs):
         raise AssertionError("logs.tar was read again")
     monkeypatch.setattr(tracker, "_attempt_logs", no_reading)
-    monkeypatch.setattr("rlkeep.report._source_revision_in", no_reading)
+    monkeypatch.setattr("rlkeep.report.completion._source_revision_in", no_reading)
     assert tracker.tracker_of(record(tmp_path), job_dir) == first
     assert run_source_revision(job_dir / "sync" / "logs.tar") == revision

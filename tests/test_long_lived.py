@@ -4,9 +4,8 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
-from rlkeep.heap import LongLived
 from rlkeep.storage import ObjectInfo, open_store
-from rlkeep.sync.step import SETTLE_EVERY, _trace_listing
+from rlkeep.sync.step import SETTLE_EVERY, LongLived, _trace_listing
 
 
 def test_long_lived_records_are_frozen_inside_and_given_back_after() -> None:

@@ -301,7 +301,7 @@ def test_an_empty_trace_prefix_holds_back_only_the_card_link(data_root: Path, bu
 def test_what_holds_the_card_link_back_is_named_down_to_the_failed_trace_step(tmp_path: Path) -> None:
     """STATUS.json's reason for link_model_card, from the files a run leaves (no pipeline run)."""
     from rlkeep.jsonio import write_json
-    from rlkeep.report import collect_steps
+    from rlkeep.stepstate import collect_steps
 
     job_dir = tmp_path / JOB
     (job_dir / "logs").mkdir(parents=True)

@@ -161,9 +161,9 @@ def test_a_chain_id_of_the_wrong_shape_names_the_file_the_field_and_the_schedule
 
 
 def test_each_scheduler_has_its_job_id_shape_and_the_record_reads_it_without_a_scheduler() -> None:
-    """rlkeep.job_ids holds one check per scheduler a record may name (the schema's enum, SCHEDULERS),
+    """rlkeep.records.CHAIN_ID_CHECKS holds one check per scheduler a record may name (the schema's enum, SCHEDULERS),
     and never compares a scheduler's name inside a check."""
-    from rlkeep.job_ids import CHAIN_ID_CHECKS, CLUSTER_REQUIRED
+    from rlkeep.records import CHAIN_ID_CHECKS, CLUSTER_REQUIRED
     from rlkeep.scheduler import SCHEDULERS
 
     enum = json.loads((Path(__file__).resolve().parents[1] / "scripts" / "rlkeep" / "schemas" / "record.schema.json").read_text())["properties"][

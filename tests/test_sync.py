@@ -277,7 +277,7 @@ def test_an_empty_or_traceback_only_trainer_log_is_preserved_with_its_state(tmp_
 @pytest.mark.parametrize("name", ["a", "task-0001__0000001/agent/trajectory.json", "x" * 100, "d/" * 60 + "e.json",
                                   "f" * 101, "ünï/cødé.txt", "g/" * 150 + "h"])
 def test_tar_member_headers_read_back_and_match_tarfile_for_short_names(name: str) -> None:
-    from rlkeep.sync import member_header, tar_member
+    from rlkeep.tarstream import member_header, tar_member
 
     for size in (0, 1, 511, 512, 50_000):
         header = member_header(name, size)

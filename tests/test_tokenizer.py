@@ -12,7 +12,7 @@ from safetensors.numpy import save_file
 from rlkeep.errors import RlkeepError
 from rlkeep.export import verify_model
 from rlkeep.hub import check_publication
-from rlkeep.tokenizer import BPE_VOCABULARY_PAIR, TOKENIZER_FILES, VOCABULARY_FILES, has_tokenizer
+from rlkeep.export.layout import BPE_VOCABULARY_PAIR, TOKENIZER_FILES, VOCABULARY_FILES, has_tokenizer
 
 FILE_TEXT = {"tokenizer.json": '{"version": "1.0"}', "tokenizer_config.json": '{"model_max_length": 32768}',
              "vocab.json": '{"a": 0}', "special_tokens_map.json": "{}", "added_tokens.json": "{}",

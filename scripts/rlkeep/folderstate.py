@@ -10,7 +10,15 @@ listing of those levels
 (name, size, mtime_ns, inode: an atomic rewrite gives a new inode) and the record's stat tell
 whether anything they show can have changed. `.work/` is left out: it holds the steps' scratch
 state and rlkeep's own memos, which neither STATUS.json nor the pages read (the one they do,
-rlkeep.logfacts, follows sync/logs.tar).
+`remembered` below, follows sync/logs.tar).
+
+Facts read out of a job's synced logs tarball (the run's source revision, its tracker URL) are
+remembered the same way: both STATUS.json and the pages state them, and they come from
+`sync/logs.tar` (its member headers; every attempt's whole trainer log), gigabytes over a campaign
+for tarballs that stopped changing when they were synced. `remembered` keeps each fact in
+`<job>/.work/logs_facts/<name>.json` beside the tarball's identity (inode, size, mtime: a sync
+replaces the tarball, which gives it a new inode) and what else it was asked for, and reads it out
+of the tarball again only when one of them changes.
 """
 from __future__ import annotations
 
@@ -22,9 +30,11 @@ import json
 import os
 import sys
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
+
+from rlkeep.jsonio import write_json
 
 FINGERPRINT_DEPTH = 3
 SKIPPED_AT_TOP = frozenset({".work"})
@@ -114,3 +124,22 @@ def refresh_lock(lock_path: Path, wait_s: float = REFRESH_LOCK_WAIT_S) -> Iterat
             yield True
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def remembered(job_dir: Path, name: str, logs_tar: Path, key: Any, compute: Callable[[], Any]) -> Any:
+    """`compute()` for this version of `logs_tar` and this `key` (JSON values), from disk when known."""
+    info = logs_tar.stat()
+    identity = {"inode": info.st_ino, "size": info.st_size, "mtime_ns": info.st_mtime_ns, "key": key}
+    cache = Path(job_dir) / ".work" / "logs_facts" / f"{name}.json"
+    try:
+        saved = json.loads(cache.read_bytes())
+        if isinstance(saved, dict) and saved.get("identity") == identity and "value" in saved:
+            return saved["value"]
+    except (OSError, ValueError):
+        pass  # not known yet, or unreadable: read the tarball
+    value = compute()
+    try:
+        write_json(cache, {"identity": identity, "value": value})
+    except OSError:
+        pass  # a full or read-only data root: the fact is read out of the tarball again next time
+    return value

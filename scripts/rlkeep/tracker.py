@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlkeep.logfacts import remembered
+from rlkeep.folderstate import remembered
 
 _ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
 _VIEW_RUN = re.compile(rb"wandb:\s+(?:\S+\s+)?View run(?:\s+.+?)?\s+at:?\s+(https?://[^\s'\"<>]+)")
@@ -87,7 +87,7 @@ def tracker_of(record: Any, job_dir: Path) -> tuple[str | None, Any]:
     logs_tar = Path(job_dir) / "sync" / "logs.tar"
     if not logs_tar.is_file():
         return None, "not recorded; the trainer logs are not synced yet"
-    # read once per version of logs.tar (rlkeep.logfacts): every invocation ends by writing STATUS.json
+    # read once per version of logs.tar (rlkeep.folderstate.remembered): every invocation ends by writing STATUS.json
     # and the campaign pages, both of which ask this of every job, whose logs no longer change
     attempts = list(record.attempts)
     url, source = remembered(Path(job_dir), "tracker", logs_tar, attempts,

@@ -34,7 +34,7 @@ import sys, time
 from pathlib import Path
 from rlkeep.context import StepContext
 from rlkeep.runner import run_step
-from rlkeep.sync import TarOutput
+from rlkeep.tarstream import TarOutput
 
 target = Path(sys.argv[1])
 

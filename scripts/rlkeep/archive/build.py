@@ -34,8 +34,7 @@ from rlkeep.diskspace import TAR_OVERHEAD_PER_MEMBER, require_free
 from rlkeep.errors import RlkeepError
 from rlkeep.hashing import HashingReader
 from rlkeep.jsonio import atomic_write_bytes
-from rlkeep.sync import HashingWriter, tar_member
-from rlkeep.tarstream import member_header
+from rlkeep.tarstream import HashingWriter, member_header, tar_member
 
 TREE_NAMES = ("logs", "trace_jobs", "eval_jobs", "rlkeep")  # eval_jobs: eval runs (rlkeep.kinds)
 GZIP_LEVEL = 6  # level 9 costs ~3x the CPU for a few percent on text-heavy trees

@@ -40,6 +40,8 @@ from rlkeep.export.layout import (
     RANK_FILE,
     SHARD_NAME,
     SINGLE_WEIGHTS,
+    TOKENIZER_FILES,
+    VOCABULARY_FILES,
 )
 from rlkeep.export.plan import PlannedShard, plan_shards
 from rlkeep.export.safetensors_header import (
@@ -51,7 +53,6 @@ from rlkeep.export.safetensors_header import (
 from rlkeep.export.sources import FileRange, SourceModel, SourceTensor
 from rlkeep.export.step import export_model_step
 from rlkeep.export.verify import Expected, verify_model
-from rlkeep.tokenizer import TOKENIZER_FILES, VOCABULARY_FILES
 
 __all__ = [
     "CONFIG_FILES", "DEFAULT_MAX_SHARD_BYTES", "DTYPE_BYTES", "FORMATS", "INDEX_NAME", "MAX_HEADER_BYTES",

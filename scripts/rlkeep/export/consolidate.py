@@ -19,7 +19,7 @@ from rlkeep.export.plan import PlannedShard, index_bytes, plan_shards
 from rlkeep.export.sources import SourceModel, few, safetensors_source
 from rlkeep.export.verify import architectures_problem, json_problem, verify_folder
 from rlkeep.export.writer import Writer, fsync_directory, hash_pool
-from rlkeep.tokenizer import TOKENIZER_FILES, TOKENIZER_REQUIREMENT, has_tokenizer
+from rlkeep.export.layout import TOKENIZER_FILES, TOKENIZER_REQUIREMENT, has_tokenizer
 
 
 def consolidate(src_dir: str | os.PathLike[str], dst_dir: str | os.PathLike[str], *,

@@ -12,7 +12,7 @@ from typing import Any
 
 from rlkeep.errors import RlkeepError
 from rlkeep.export.layout import CONFIG_FILES, DEEPSPEED_EXPORT_JOB, INDEX_NAME, LEFTOVER_EXPORT_PREFIXES, MEGATRON_EXPORT_JOB, RANK_FILE, REMOTE_CODE_FILE, SHARD_NAME, SINGLE_WEIGHTS
-from rlkeep.tokenizer import TOKENIZER_FILES, TOKENIZER_REQUIREMENT, has_tokenizer
+from rlkeep.export.layout import TOKENIZER_FILES, TOKENIZER_REQUIREMENT, has_tokenizer
 
 
 @dataclass(frozen=True)

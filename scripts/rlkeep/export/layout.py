@@ -1,8 +1,10 @@
-"""File names, dtype sizes and limits a flat model folder and its sources use."""
+"""File names, dtype sizes and limits a flat model folder and its sources use, and what a tokenizer
+is in one (one definition for the export's model check and the publication check, rlkeep.hub.checks)."""
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Collection
 
 
 log = logging.getLogger("rlkeep.export")
@@ -46,3 +48,28 @@ DEEPSPEED_EXPORT_JOB = (
     "reassemble ZeRO partitions. Run an export job with DeepSpeed's policy/zero_to_fp32.py on this "
     "checkpoint, save the result as safetensors in the source dtype next to policy/huggingface/ "
     "config and tokenizer, and consolidate that HF folder instead")
+
+
+# What a tokenizer is in a flat model folder: one definition for the export's model check
+# (`rlkeep verify-model`, consolidation) and the publication check (`rlkeep check-publication`).
+#
+# A folder holds a tokenizer when it holds a vocabulary a loader can build one from: a file that
+# is a complete vocabulary by itself (the fast `tokenizer.json`, a SentencePiece or tiktoken model,
+# a WordPiece `vocab.txt`), or a byte-level BPE `vocab.json` together with its `merges.txt`.
+# `tokenizer_config.json` alone is settings without a vocabulary, so it is not a tokenizer.
+# The SkyRL HF export writes the tokenizer files beside config.json (docs/reference.md, formats §1).
+# Each of these is a complete vocabulary by itself.
+VOCABULARY_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "sentencepiece.bpe.model",
+                    "tiktoken.model", "vocab.txt")
+# A byte-level BPE vocabulary needs both halves.
+BPE_VOCABULARY_PAIR = ("vocab.json", "merges.txt")
+# Every tokenizer file a flat model folder carries (consolidation copies these beside the weights).
+TOKENIZER_FILES = VOCABULARY_FILES + BPE_VOCABULARY_PAIR + (
+    "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
+    "chat_template.json")
+TOKENIZER_REQUIREMENT = f"one of {', '.join(VOCABULARY_FILES)}, or {' with '.join(BPE_VOCABULARY_PAIR)}"
+
+
+def has_tokenizer(names: Collection[str]) -> bool:
+    """True when the top-level file names of a folder include a loadable vocabulary."""
+    return any(name in names for name in VOCABULARY_FILES) or all(name in names for name in BPE_VOCABULARY_PAIR)

@@ -15,7 +15,7 @@ from rlkeep.export.safetensors_header import numel, read_safetensors_header
 from rlkeep.export.sources import few, read_json_object
 from rlkeep.export.writer import hash_pool
 from rlkeep.hashing import sha256_file
-from rlkeep.tokenizer import TOKENIZER_FILES, TOKENIZER_REQUIREMENT, has_tokenizer
+from rlkeep.export.layout import TOKENIZER_FILES, TOKENIZER_REQUIREMENT, has_tokenizer
 
 
 Expected = Mapping[str, tuple[str, Sequence[int]]]
@@ -212,7 +212,7 @@ def _check_config(findings: _Findings) -> list[str]:
 
 
 def _check_tokenizer(findings: _Findings, top: set[str]) -> list[str]:
-    """A loadable vocabulary is present (rlkeep.tokenizer); returns the tokenizer files."""
+    """A loadable vocabulary is present (rlkeep.export.layout.has_tokenizer); returns the tokenizer files."""
     tokenizer_files = sorted(n for n in top if n in TOKENIZER_FILES)
     if has_tokenizer(top):
         findings.checks.append(f"tokenizer present: {', '.join(tokenizer_files)}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import shutil
 import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -17,7 +18,16 @@ from rlkeep.export.plan import PlannedShard
 from rlkeep.export.safetensors_header import encode_safetensors_header
 from rlkeep.export.sources import FileRange, StoreRange
 from rlkeep.hashing import hash_range, sha256_file
-from rlkeep.files import link_or_copy
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """`target` as a hard link to `source` (no second copy of a large file), or a copy where the
+    filesystem refuses the link (another device, no link support)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
 
 
 # Ranged GETs in flight while a shard is written: their latencies overlap (a rank's rows of one

@@ -10,7 +10,7 @@ import re
 import sys
 from pathlib import Path
 
-from rlkeep.tokenizer import TOKENIZER_REQUIREMENT, has_tokenizer
+from rlkeep.export.layout import TOKENIZER_REQUIREMENT, has_tokenizer
 
 PUBLIC_HUB = "https://huggingface.co"
 TRACES_HEADING = "## Training Traces"

@@ -13,7 +13,7 @@ from typing import Any
 
 from rlkeep.context import StepContext, not_applicable
 from rlkeep.errors import RlkeepError
-from rlkeep.files import link_or_copy
+from rlkeep.export.writer import link_or_copy
 from rlkeep.hub.card import link_traces_in_card, render_model_card
 from rlkeep.hub.checks import check_publication
 from rlkeep.hub.client import resolve_target

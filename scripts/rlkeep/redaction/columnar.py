@@ -6,7 +6,7 @@ A finding's member is `column <dotted path>` or `metadata <key>`; its line is th
 that column, counted over the whole file (1-based)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, BinaryIO, Callable, Iterator, TypeVar
+from typing import BinaryIO, Callable, Iterator, TypeVar
 
 import numpy
 import pyarrow as pa
@@ -14,12 +14,10 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from rlkeep.redaction.containers import member_path
+from rlkeep.redaction.common import member_path
+from rlkeep.redaction.engine import Redactor
 from rlkeep.redaction.spans import Span, merge_spans, replace_spans
 from rlkeep.redaction.streams import Refused
-
-if TYPE_CHECKING:
-    from rlkeep.redaction.containers import Walker
 
 T = TypeVar("T")
 _STRINGS = (pa.types.is_string, pa.types.is_large_string)
@@ -47,8 +45,8 @@ def _joined(filled: pa.Array) -> bytes:
 class _Cells:
     """Redacts the string cells of one file column by column, counting cells per column."""
 
-    def __init__(self, walker: Walker, where: str, rewrite: bool) -> None:
-        self.walker, self.where, self.rewrite = walker, where, rewrite
+    def __init__(self, redactor: Redactor, findings: list[tuple[str, int, str]], where: str, rewrite: bool) -> None:
+        self.redactor, self.findings, self.where, self.rewrite = redactor, findings, where, rewrite
         self.seen: dict[str, int] = {}
         self.before: dict[str, pa.Array] = {}  # each string column's last cells before this batch, as read
 
@@ -67,7 +65,7 @@ class _Cells:
         texts = [b"" if part is None else _joined(part) for part in parts]
         context = len(texts[0]) + 1 if parts[0] is not None else 0
         text = b"\n".join(texts[index] for index in range(3) if parts[index] is not None)
-        spans = [span for span in self.walker.redactor.spans(text, context + len(texts[1]))
+        spans = [span for span in self.redactor.spans(text, context + len(texts[1]))
                  if span[1] > context]
         if not spans:  # the usual case: one pass over the column's text, nothing per cell
             return array
@@ -89,9 +87,9 @@ class _Cells:
             found = merge_spans(pieces.get(index, []))
             if found:
                 marked, _ = replace_spans(marked, found)
-                self.walker.findings += [(where, first + index + 1, kind) for kind in dict.fromkeys(s.kind for s in found)]
-            redacted, cell = self.walker.redactor.redact_bytes(marked)
-            self.walker.findings += [(where, first + index + 1, rule) for _, rule in cell]
+                self.findings += [(where, first + index + 1, kind) for kind in dict.fromkeys(s.kind for s in found)]
+            redacted, cell = self.redactor.redact_bytes(marked)
+            self.findings += [(where, first + index + 1, rule) for _, rule in cell]
             values[index] = redacted.decode("utf-8", "surrogatepass")
         return pa.array(values, type=array.type) if self.rewrite else array
 
@@ -129,9 +127,9 @@ class _Cells:
             return metadata
         kept = {}
         for key, value in metadata.items():
-            redacted, found = self.walker.redactor.redact_bytes(value)
+            redacted, found = self.redactor.redact_bytes(value)
             label = key.decode("utf-8", "replace")
-            self.walker.findings += [(member_path(self.where, f"metadata {scope}{label}"), line, rule)
+            self.findings += [(member_path(self.where, f"metadata {scope}{label}"), line, rule)
                                      for line, rule in found]
             kept[key] = redacted
         return kept
@@ -157,9 +155,12 @@ def _with_next(items: Iterator[T]) -> Iterator[tuple[T, T | None]]:
         yield previous[0], None
 
 
-def process_table(walker: Walker, what: str, stream: BinaryIO, where: str, out: BinaryIO | None) -> None:
-    """Scan (out None) or rewrite a parquet or arrow file read from a seekable stream."""
-    cells = _Cells(walker, where, out is not None)
+def process_table(redactor: Redactor, findings: list[tuple[str, int, str]], what: str, stream: BinaryIO,
+                  where: str, out: BinaryIO | None) -> None:
+    """Scan (out None) or rewrite a parquet or arrow file read from a seekable stream; each finding
+    (member, line, kind) is added to `findings`. Called by rlkeep.redaction.containers, which it
+    never imports."""
+    cells = _Cells(redactor, findings, where, out is not None)
     try:
         if what == "parquet":
             _parquet(cells, stream, out)

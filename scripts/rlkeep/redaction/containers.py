@@ -21,19 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable
 
-from rlkeep.redaction.common import CHUNK_SIZE
+from rlkeep.redaction.common import CHUNK_SIZE, SEPARATOR, member_path
 from rlkeep.redaction.engine import Redactor
 from rlkeep.redaction.filetypes import MAX_SAFETENSORS_HEADER, SNIFF_SIZE, FileType, classify
 from rlkeep.redaction.streams import MAX_RATIO, MIN_JUDGED, Budget, Refused, inner_name, open_compressor, open_decompressed
 
 MAX_DEPTH = 6  # containers inside containers; deeper is refused (a quine-like zip nests forever)
-SEPARATOR = "::"
 _UNKNOWN_SIZE = 1 << 62
 _SEEKING = ("zip", "parquet", "arrow")  # formats read by random access
-
-
-def member_path(parent: str, name: str) -> str:
-    return name if not parent else f"{parent}{SEPARATOR}{name}"
 
 
 class _Rewound(io.RawIOBase):
@@ -133,7 +128,7 @@ class Walker:
         elif what in ("parquet", "arrow"):
             from rlkeep.redaction.columnar import process_table  # pyarrow: only when one is met
 
-            process_table(self, what, stream, where, out)
+            process_table(self.redactor, self.findings, what, stream, where, out)
         else:
             inner = inner_name(name.rsplit("/", 1)[-1], what)  # a compressed stream holds one file
             reader = open_decompressed(stream, what, self.budget)

@@ -15,7 +15,8 @@ from typing import BinaryIO, Callable, Iterator
 
 from rlkeep.errors import RlkeepError
 from rlkeep.redaction.common import CHUNK_SIZE
-from rlkeep.redaction.containers import SEPARATOR, Walker, member_path
+from rlkeep.redaction.common import SEPARATOR, member_path
+from rlkeep.redaction.containers import Walker
 from rlkeep.redaction.engine import Redactor
 from rlkeep.redaction.filetypes import SNIFF_SIZE, FileType, classify
 from rlkeep.redaction.rewrite import LazyRewriter, Sink, TranscodingReader, TranscodingRewriter, install, temp_beside

@@ -3,8 +3,9 @@ scheduler shares: the exact-stop loop `stop_each`, the refusal while an attempt 
 the command timeout and numbers read from the environment.
 
 A scheduler captures chain.json's attempts, stops pending retries for retries.json, and says where
-an attempt's trainer log can be read (rlkeep.sync). What its record must look like (the chain's
-job-id shape, a `cluster:`) is data in rlkeep.job_ids, which rlkeep.records reads.
+an attempt's trainer log can be read (rlkeep.sync; `log_cli`, a LogCommand, where a command line
+proves a log complete). It imports no scheduler: each one imports it. What its record must look like (the chain's
+job-id shape, a `cluster:`) is data in rlkeep.records (CHAIN_ID_CHECKS).
 """
 from __future__ import annotations
 
@@ -12,17 +13,36 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
 
 from rlkeep.context import StepContext
 from rlkeep.errors import SchedulerError
 from rlkeep.jsonio import read_json, write_json
 from rlkeep.records import JobRecord
 
-if TYPE_CHECKING:  # rlkeep.scheduler.iris_cli imports this module
-    from rlkeep.scheduler.iris_cli import IrisCli
-
 COMMAND_TIMEOUT_S = 600
+
+
+class JobGoneError(SchedulerError):
+    """The controller does not know the job (deleted after its retention period, or never existed)."""
+
+
+@dataclass(frozen=True)
+class LogFetch:
+    """One attempt's log as the scheduler's command line gave it, and whether it is provably the whole log."""
+
+    text: str | None
+    complete: bool | None  # True proven; False known truncated or unavailable; None not provable
+    detail: str
+    form: str | None
+
+
+class LogCommand(Protocol):
+    """A command line that prints an attempt's log with proof of completeness (Iris: IrisCli)."""
+
+    def logs(self, job_id: str) -> LogFetch:
+        """The log of `job_id`, or the reason it cannot be proven whole; JobGoneError when the job is gone."""
 
 
 class Scheduler(ABC):
@@ -63,7 +83,7 @@ class Scheduler(ABC):
         return not any(attempt["state"] in self.running_states for attempt in attempts) and \
             not any(entry["state"] in self.unfinished_states for entry in unrecorded)
 
-    def log_cli(self) -> IrisCli | None:
+    def log_cli(self) -> LogCommand | None:
         """A command line that prints an attempt's log with proof of completeness, if there is one."""
         return None
 

@@ -1,7 +1,9 @@
 """IrisCli: the `iris` command on PATH, bound to one cluster, called only in the forms it offers
 (rlkeep.scheduler.iris_forms): a job's state, the jobs under a prefix, an exact stop, and an
 attempt's log with proof of completeness (LogFetch). A job the controller no longer knows
-("not found": finished jobs are deleted after a retention period) raises JobGoneError.
+("not found": finished jobs are deleted after a retention period) raises JobGoneError. LogFetch,
+JobGoneError and the LogCommand it is are the interface's (rlkeep.scheduler.interface), which
+knows no scheduler.
 
 Commands are argument lists run without a shell: record values never meet a shell parser.
 """
@@ -9,27 +11,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from dataclasses import dataclass
 from typing import Any
 
 from rlkeep.errors import SchedulerError
-from rlkeep.scheduler.interface import COMMAND_TIMEOUT_S
+from rlkeep.scheduler.interface import COMMAND_TIMEOUT_S, JobGoneError, LogFetch
 from rlkeep.scheduler.iris_forms import IRIS_LIST_LIMIT, IrisForms, choose_forms, log_cap, parse_help
 from rlkeep.scheduler.iris_output import JobSummary, gone_entry, parse_job_list, parse_summary_json, parse_summary_text
-
-
-class JobGoneError(SchedulerError):
-    """The controller does not know the job (deleted after its retention period, or never existed)."""
-
-
-@dataclass(frozen=True)
-class LogFetch:
-    """One attempt's log as the CLI gave it, and whether it is provably the whole log."""
-
-    text: str | None
-    complete: bool | None  # True proven; False known truncated or unavailable; None not provable
-    detail: str
-    form: str | None
 
 
 def _line_count(text: str) -> int:

@@ -1,16 +1,18 @@
 """The sync steps: sync_traces_step (the trace tree) and sync_logs_step (every attempt's trainer
-log and the store's durable non-weight objects), each a tar and its manifest."""
+log and the store's durable non-weight objects), each a tar and its manifest; and LongLived, which
+keeps a sync's listing out of the garbage collector's rescans while the step holds it."""
 from __future__ import annotations
 
+import gc
 import hashlib
 import logging
 from collections.abc import Iterator
 from itertools import chain
+from types import TracebackType
 
 from rlkeep.context import StepContext
 from rlkeep.diskspace import TAR_OVERHEAD_PER_MEMBER, require_free
 from rlkeep.errors import RlkeepError
-from rlkeep.heap import LongLived
 from rlkeep.jsonio import write_json
 from rlkeep.records import JobRecord
 from rlkeep.regions import check_transfer, store_to_local
@@ -21,6 +23,36 @@ from rlkeep.tarstream import TarOutput, TarStats, add_bytes, refuse_denied, stre
 from rlkeep.world import REMEDY_MARK
 
 log = logging.getLogger(__name__)
+
+# LongLived keeps what a step holds for its whole run out of the cyclic garbage collector's rescans.
+#
+# CPython's collector rescans every tracked object that has reached its oldest generation at each
+# full collection, and a step that keeps one record per listed object (a sync's listing) while it
+# allocates per object (requests, bodies, parsed pages) triggers full collections as it goes: each
+# walks the whole listing again. Moving what is alive once the listing is built into the permanent
+# generation (gc.freeze) leaves the collections only the objects made since; they are given back
+# (gc.unfreeze) when the step is done with them, so a step run inside a longer process (a test)
+# frees them as usual.
+class LongLived:
+    """`with LongLived() as heap:` ... `heap.settle()` once the long-lived records are built.
+
+    Inside an outer freeze (someone else's gc.freeze) it does nothing: unfreezing at the end
+    would undo theirs."""
+
+    def __enter__(self) -> "LongLived":
+        self.owned = gc.get_freeze_count() == 0
+        return self
+
+    def settle(self) -> None:
+        """Everything alive now is out of the collector's rescans until the `with` ends."""
+        if self.owned:
+            gc.freeze()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        if self.owned:
+            gc.unfreeze()
+
 
 SETTLE_EVERY = 1000  # listed objects between two heap.settle() calls: a listing page
 
