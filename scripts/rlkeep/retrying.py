@@ -18,7 +18,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 import tenacity
 from tenacity import RetryCallState
@@ -59,7 +59,7 @@ def retrying(*, backoff: Backoff, on: Callable[[BaseException], bool] | None = N
              until: Callable[[Any], bool] | None = None, tries: int | None = None,
              waiting_bound: float | None = None, asked: Callable[[BaseException], float | None] | None = None,
              counts: Callable[[BaseException], bool] | None = None,
-             gave_up: Callable[[Tries], NoReturn] | None = None,
+             gave_up: Callable[[Tries], None] | None = None,
              sleep: Callable[[float], None] = time.sleep,
              before_sleep: Callable[[Tries], None] | None = None) -> tenacity.Retrying:
     """A fresh policy for one operation (use each once).
@@ -69,6 +69,9 @@ def retrying(*, backoff: Backoff, on: Callable[[BaseException], bool] | None = N
     waiting_bound: stop before a pause that would take the total wait past it (None: no bound).
     asked: the delay the other side asked for, used instead of the backoff when it says one.
     counts: whether a failure counts towards `tries` (a throttle usually does not; default: all).
+    gave_up: called when the policy stops; it raises the caller's own error, or returns to have
+    the last failure (or, polling, the last result) stand.
+    Polling with `until` needs the call form, `policy(fetch)`: a `with attempt:` block has no result.
     """
     counted_failures = 0
     last_asked: float | None = None

@@ -76,7 +76,7 @@ class RateLimitTransport(httpx2.BaseTransport):
         policy = retrying(on=lambda error: isinstance(error, _Throttled), backoff=RATE_LIMIT_BACKOFF,
                           asked=lambda error: error.retry_after if isinstance(error, _Throttled) else None,
                           waiting_bound=bound, tries=None if replayable else 1,
-                          gave_up=give_up)  # type: ignore[arg-type]  # returns for a streamed body
+                          gave_up=give_up)
         try:
             for attempt in policy:
                 with attempt:
